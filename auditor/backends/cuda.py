@@ -1,0 +1,133 @@
+"""The CUDA backend: CuPy buffers, kernels from kernels/*.cu through `cupy.RawModule`, GEMMs through
+`cupy_backends.cuda.libs.cublas.sgemm` on raw pointers, exactly as the trainer calls cuBLAS.
+TF32 stays off: the handle's math mode is CUBLAS_DEFAULT_MATH."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import cupy
+import numpy as np
+from cupy_backends.cuda.libs import cublas
+from egf_audit.kernels import KernelSpec
+
+from ..errors import AuditEnvironmentError
+from ..kernel_sources import KernelSet, KernelSource
+from ..memory import ELEMENT_BYTES, BufferSpec
+
+_DTYPES = {"f32": np.float32, "i32": np.int32}
+_SCALARS = {"int": np.int32, "float": np.float32, "long long": np.int64}
+_OPS = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
+NVRTC_OPTIONS = ("-std=c++17",)
+
+
+@cache
+def _module(path: str, text: str) -> cupy.RawModule:
+    """One memoized RawModule per distinct source (the cache key is the text itself)."""
+    return cupy.RawModule(code=f'#line 1 "{path}"\n{text}', options=NVRTC_OPTIONS)
+
+
+def load_function(source: KernelSource) -> Any:
+    try:
+        module = _module(source.path, source.text)
+        return module.get_function(source.spec.name)
+    except cupy.cuda.compiler.CompileException as exc:
+        lines = [ln for ln in str(exc).splitlines() if "error" in ln][:6]
+        raise AuditEnvironmentError(
+            f"kernel {source.path} does not compile: {' | '.join(lines) or str(exc)[:400]}"
+        ) from None
+    except cupy.cuda.driver.CUDADriverError as exc:
+        raise AuditEnvironmentError(f"kernel {source.path}: {exc}") from None
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, kernel_set: KernelSet):
+        self._buffers: dict[str, cupy.ndarray] = {}
+        self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
+        self.handle = cupy.cuda.device.get_cublas_handle()
+        self.use_stream(cupy.cuda.get_current_stream())
+        cublas.setMathMode(self.handle, cublas.CUBLAS_DEFAULT_MATH)  # no TF32
+        cublas.setPointerMode(self.handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        self._alpha = np.zeros(1, np.float32)
+        self._beta = np.zeros(1, np.float32)
+
+    def use_stream(self, stream: cupy.cuda.Stream) -> None:
+        """Run every later launch on `stream` (CUDA-graph capture needs a non-default one)."""
+        self.stream = stream
+        cublas.setStream(self.handle, stream.ptr)
+
+    # ---- memory ----
+    def alloc(self, spec: BufferSpec) -> int:
+        array = cupy.zeros(spec.size, dtype=_DTYPES[spec.dtype])
+        self._buffers[spec.name] = array
+        return array.data.ptr
+
+    def read(self, name: str) -> np.ndarray:
+        self.synchronize()
+        return cupy.asnumpy(self._buffers[name])
+
+    def _view(self, ptr: int, count: int, stride: int, dtype: type) -> cupy.ndarray:
+        nbytes = ((count - 1) * stride + 1) * ELEMENT_BYTES
+        mem = cupy.cuda.UnownedMemory(ptr, nbytes, self)
+        return cupy.ndarray(
+            (count,), dtype, cupy.cuda.MemoryPointer(mem, 0), strides=(stride * ELEMENT_BYTES,)
+        )
+
+    def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
+        values = np.ascontiguousarray(values).ravel()
+        dtype = np.int32 if values.dtype.kind in "iu" else np.float32
+        with self.stream:
+            self._view(ptr, values.size, stride, dtype)[...] = cupy.asarray(values.astype(dtype))
+
+    def memset_zero(self, ptr: int, count: int) -> None:
+        cupy.cuda.runtime.memsetAsync(ptr, 0, count * ELEMENT_BYTES, self.stream.ptr)
+
+    def copy(self, dst: int, src: int, count: int) -> None:
+        cupy.cuda.runtime.memcpyAsync(
+            dst, src, count * ELEMENT_BYTES, cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr
+        )
+
+    # ---- compute ----
+    def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+        self._alpha[0], self._beta[0] = alpha, beta
+        cublas.sgemm(
+            self.handle,
+            _OPS[transa],
+            _OPS[transb],
+            m,
+            n,
+            k,
+            self._alpha.ctypes.data,
+            a,
+            lda,
+            b,
+            ldb,
+            self._beta.ctypes.data,
+            c,
+            ldc,
+        )
+
+    def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
+        packed = tuple(
+            np.uint64(v) if t.endswith("*") else _SCALARS[t](v)
+            for (_, t), v in zip(spec.params, args, strict=True)
+        )
+        self._functions[spec.name]((blocks,), (threads,), packed, stream=self.stream)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def info(self) -> dict[str, str]:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return {
+            "backend": "cuda",
+            "device": name,
+            "cupy": cupy.__version__,
+            "cuda_runtime": str(cupy.cuda.runtime.runtimeGetVersion()),
+            "cublas": str(cublas.getVersion(self.handle)),
+            "math_mode": "CUBLAS_DEFAULT_MATH (TF32 off)",
+        }

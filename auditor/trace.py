@@ -1,0 +1,169 @@
+"""What the recorder writes and the invariants read: launches, operand bindings, snapshots.
+
+A `Region` is a row-major box inside one named buffer: `rows` rows of `width` elements, row
+stride `ld`, starting at element `offset`. Every operand of every launch is bound to one, with
+the tensor its pointer resolved to, so "K matches LDA" becomes a comparison of two boxes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Region:
+    buffer: str
+    offset: int
+    rows: int
+    width: int
+    ld: int
+
+    @property
+    def last(self) -> int:
+        """Element offset one past the last element touched."""
+        if self.rows <= 0 or self.width <= 0:
+            return self.offset
+        return self.offset + (self.rows - 1) * self.ld + self.width
+
+    def columns(self, tensor_cols: int) -> tuple[int, int]:
+        """(first column, one past last column) of the box when the tensor has row stride
+        `tensor_cols`; only meaningful when ld == tensor_cols."""
+        first = self.offset % tensor_cols if tensor_cols else 0
+        return first, first + self.width
+
+    def flat_indices(self) -> np.ndarray:
+        rows = np.arange(self.rows, dtype=np.int64)[:, None] * self.ld
+        cols = np.arange(self.width, dtype=np.int64)[None, :]
+        return (self.offset + rows + cols).ravel()
+
+    def overlaps(self, other: Region) -> bool:
+        if self.buffer != other.buffer:
+            return False
+        if self.last <= other.offset or other.last <= self.offset:
+            return False
+        return bool(np.intersect1d(self.flat_indices(), other.flat_indices()).size)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One pointer argument of a launch and what it resolved to."""
+
+    role: str  # "A", "B", "C" for SGEMMs; the parameter name for kernels
+    pointer: int
+    access: str  # "r", "w" or "rw"
+    region: Region | None  # None: the pointer resolved to no buffer
+    tensor: str | None  # tensor name at the region's first element
+    tensor_shape: tuple[int, int, int] | None  # (offset, rows, cols) of that tensor
+    in_bounds: bool
+
+    @property
+    def writes(self) -> bool:
+        return "w" in self.access
+
+    @property
+    def reads(self) -> bool:
+        return "r" in self.access
+
+
+@dataclass(frozen=True)
+class Launch:
+    index: int
+    step: int
+    kind: str  # "sgemm", "kernel", "memset", "copy", "checkpoint"
+    name: str  # kernel name, "sgemm", "memset", "copy", or the checkpoint name
+    label: str  # call site, e.g. "backward_branch_dw[d=0]@main"
+    args: dict[str, Any]  # the raw arguments exactly as passed
+    bindings: tuple[Binding, ...] = ()
+    executed: bool = True  # False when the recorder refused an out-of-bounds launch
+
+    @property
+    def site(self) -> str | None:
+        """The backward call site ("cql", "main") from the label suffix, if any."""
+        return self.label.rsplit("@", 1)[1] if "@" in self.label else None
+
+    def binding(self, role: str) -> Binding:
+        for b in self.bindings:
+            if b.role == role:
+                return b
+        raise KeyError(f"launch {self.label} has no operand {role}")
+
+    def writes_to(self, buffer: str) -> bool:
+        return any(b.writes and b.region and b.region.buffer == buffer for b in self.bindings)
+
+    def reads_from(self, buffer: str) -> bool:
+        return any(b.reads and b.region and b.region.buffer == buffer for b in self.bindings)
+
+
+@dataclass
+class Trace:
+    """One scenario's recording: its launches in order and its snapshots by checkpoint."""
+
+    scenario: str
+    backend: str
+    layout: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)
+    # snapshots[(step, checkpoint)][buffer] -> host copy (float32 or int32)
+    snapshots: dict[tuple[int, str], dict[str, np.ndarray]] = field(default_factory=dict)
+
+    def sgemms(self) -> Iterator[Launch]:
+        return (x for x in self.launches if x.kind == "sgemm")
+
+    def kernels(self, name: str | None = None) -> Iterator[Launch]:
+        return (x for x in self.launches if x.kind == "kernel" and (name is None or x.name == name))
+
+    def by_label(self, label: str) -> list[Launch]:
+        return [x for x in self.launches if x.label == label]
+
+    def checkpoint_index(self, step: int, name: str) -> int:
+        for x in self.launches:
+            if x.kind == "checkpoint" and x.step == step and x.name == name:
+                return x.index
+        raise KeyError(f"no checkpoint {name} at step {step} in {self.scenario}")
+
+    def snapshot(self, step: int, checkpoint: str, buffer: str) -> np.ndarray:
+        try:
+            return self.snapshots[(step, checkpoint)][buffer]
+        except KeyError:
+            raise KeyError(
+                f"no snapshot of {buffer} at {checkpoint} (step {step}) in {self.scenario}"
+            ) from None
+
+    def tensor_view(self, array: np.ndarray, buffer: str, tensor: str | None = None) -> np.ndarray:
+        """A [rows, cols] view of one tensor inside a snapshot of `buffer`."""
+        spec = self.layout[buffer]["tensors"]
+        offset, rows, cols = spec[tensor or buffer]
+        return array[offset : offset + rows * cols].reshape(rows, cols)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({x.step for x in self.launches})
+
+    def to_jsonl(self) -> Iterator[str]:
+        """One JSON object a line: a header, then every launch (snapshots are not exported)."""
+        yield json.dumps(
+            {
+                "type": "trace",
+                "scenario": self.scenario,
+                "backend": self.backend,
+                "meta": self.meta,
+            },
+            sort_keys=True,
+        )
+        for x in self.launches:
+            record = asdict(x)
+            record["type"] = "launch"
+            yield json.dumps(record, sort_keys=True, default=_json_default)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
