@@ -133,7 +133,14 @@ class SP14Pipeline:
 
     def save_state(self) -> State:
         self.backend.synchronize()
-        return State({b: self.backend.read(b) for b in PERSISTENT}, self.adam_t, self.step_index)
+        return State({b: self.rec.read(b) for b in PERSISTENT}, self.adam_t, self.step_index)
+
+    def release(self) -> None:
+        """Free every allocation; the trace and its snapshots stay."""
+        self.backend.synchronize()
+        for base in self.amap.bases.values():
+            self.backend.free(base)
+        self.amap.bases.clear()
 
     def load_state(self, state: State) -> None:
         self.rec.step = state.step

@@ -85,7 +85,7 @@ class Recorder:
     def _capture_inputs(self, label: str, bindings: tuple[Binding, ...]) -> None:
         buffers = sorted({b.region.buffer for b in bindings if b.reads and b.region})
         self.trace.snapshots[(self.step, f"input:{label}")] = {
-            name: self.backend.read(name) for name in buffers
+            name: self.read(name) for name in buffers
         }
 
     # ---- launches ----
@@ -182,4 +182,8 @@ class Recorder:
         self.trace.launches.append(
             Launch(len(self.trace.launches), self.step, "checkpoint", name, name, dict(meta))
         )
-        self.trace.snapshots[(self.step, name)] = {b: self.backend.read(b) for b in buffers}
+        self.trace.snapshots[(self.step, name)] = {b: self.read(b) for b in buffers}
+
+    def read(self, buffer: str) -> np.ndarray:
+        """A host copy of one named buffer."""
+        return self.backend.read(self.amap.bases[buffer])

@@ -16,8 +16,11 @@ class Backend(Protocol):
     def alloc(self, spec: BufferSpec) -> int:
         """A zero-filled allocation for `spec`; returns its base pointer."""
 
-    def read(self, name: str) -> np.ndarray:
-        """A host copy of a whole buffer (float32 or int32)."""
+    def free(self, ptr: int) -> None:
+        """Release an allocation made by `alloc`."""
+
+    def read(self, ptr: int) -> np.ndarray:
+        """A host copy of the whole allocation at `ptr` (float32 or int32)."""
 
     def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
         """Host values into elements ptr, ptr + stride, ... (a device write the recorder logs)."""

@@ -114,8 +114,8 @@ class CpuBackend:
     name = "cpu"
 
     def __init__(self, kernel_set: KernelSet):
-        self._buffers: dict[str, torch.Tensor] = {}
-        self._bases: list[tuple[int, str]] = []
+        self._buffers: dict[int, torch.Tensor] = {}  # by base pointer
+        self._bases: list[int] = []
         self._kernels: dict[str, Any] = {}
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             libs = list(pool.map(compile_kernel, kernel_set.sources))
@@ -130,23 +130,28 @@ class CpuBackend:
     # ---- memory ----
     def alloc(self, spec: BufferSpec) -> int:
         tensor = torch.zeros(spec.size, dtype=_DTYPES[spec.dtype])
-        self._buffers[spec.name] = tensor
-        bisect.insort(self._bases, (tensor.data_ptr(), spec.name))
-        return tensor.data_ptr()
+        base = tensor.data_ptr()
+        self._buffers[base] = tensor
+        bisect.insort(self._bases, base)
+        return base
+
+    def free(self, ptr: int) -> None:
+        del self._buffers[ptr]
+        self._bases.remove(ptr)
 
     def _locate(self, ptr: int) -> tuple[torch.Tensor, int]:
-        i = bisect.bisect_right(self._bases, (ptr, "\uffff")) - 1
+        i = bisect.bisect_right(self._bases, ptr) - 1
         if i < 0:
             raise AuditEnvironmentError(f"pointer {ptr:#x} lies in no allocation")
-        base, name = self._bases[i]
-        return self._buffers[name], (ptr - base) // ELEMENT_BYTES
+        base = self._bases[i]
+        return self._buffers[base], (ptr - base) // ELEMENT_BYTES
 
     def _view(self, ptr: int, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
         buf, offset = self._locate(ptr)
         return torch.as_strided(buf, size, stride, offset)
 
-    def read(self, name: str) -> np.ndarray:
-        return self._buffers[name].numpy().copy()
+    def read(self, ptr: int) -> np.ndarray:
+        return self._buffers[ptr].numpy().copy()
 
     def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
         buf, _ = self._locate(ptr)

@@ -45,7 +45,7 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self, kernel_set: KernelSet):
-        self._buffers: dict[str, cupy.ndarray] = {}
+        self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
         self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
         self.handle = cupy.cuda.device.get_cublas_handle()
         self.use_stream(cupy.cuda.get_current_stream())
@@ -62,12 +62,16 @@ class CudaBackend:
     # ---- memory ----
     def alloc(self, spec: BufferSpec) -> int:
         array = cupy.zeros(spec.size, dtype=_DTYPES[spec.dtype])
-        self._buffers[spec.name] = array
+        self._buffers[array.data.ptr] = array
         return array.data.ptr
 
-    def read(self, name: str) -> np.ndarray:
+    def free(self, ptr: int) -> None:
         self.synchronize()
-        return cupy.asnumpy(self._buffers[name])
+        del self._buffers[ptr]
+
+    def read(self, ptr: int) -> np.ndarray:
+        self.synchronize()
+        return cupy.asnumpy(self._buffers[ptr])
 
     def _view(self, ptr: int, count: int, stride: int, dtype: type) -> cupy.ndarray:
         nbytes = ((count - 1) * stride + 1) * ELEMENT_BYTES
