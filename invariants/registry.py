@@ -20,8 +20,13 @@ PASS, FAIL, WARN = "pass", "fail", "warn"
 
 @dataclass(frozen=True)
 class Verdict:
+    """`summary` is printed outside the document's environment block, so it must be the same
+    on every backend: counts, shapes, labels and bitwise facts, never a measured float.
+    Measured values (max errors, ulps, magnitudes) go into `evidence`, which the document
+    prints inside the environment block and `--json` exports whole."""
+
     status: str  # PASS, FAIL or WARN (EGF011 only)
-    summary: str  # one line: what was measured, with the deciding numbers
+    summary: str  # one line, device-independent (see above)
     evidence: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable numbers/strings
 
     @property

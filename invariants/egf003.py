@@ -1,0 +1,22 @@
+"""EGF003 wire-zero-under-sentinel: STUB, to be replaced by the real check."""
+
+from __future__ import annotations
+
+from .registry import Invariant, Verdict, failed
+
+
+def check(run, mode: str) -> Verdict:
+    return failed("not implemented yet")
+
+
+INVARIANT = Invariant(
+    code="EGF003",
+    slug="wire-zero-under-sentinel",
+    message="TODO",
+    what="TODO",
+    why="TODO",
+    how="TODO",
+    catches="TODO",
+    example="TODO",
+    check=check,
+)

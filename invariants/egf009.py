@@ -1,0 +1,22 @@
+"""EGF009 state-shapes-grown: STUB, to be replaced by the real check."""
+
+from __future__ import annotations
+
+from .registry import Invariant, Verdict, failed
+
+
+def check(run, mode: str) -> Verdict:
+    return failed("not implemented yet")
+
+
+INVARIANT = Invariant(
+    code="EGF009",
+    slug="state-shapes-grown",
+    message="TODO",
+    what="TODO",
+    why="TODO",
+    how="TODO",
+    catches="TODO",
+    example="TODO",
+    check=check,
+)
