@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .config import BRANCHES, Dims
 
@@ -40,15 +41,19 @@ class BufferSpec:
     dtype: str  # "f32" or "i32"
     tensors: tuple[Tensor, ...]
 
-    @property
+    @cached_property
     def size(self) -> int:
         return max(t.end for t in self.tensors)
 
+    @cached_property
+    def _by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.tensors}
+
     def tensor(self, name: str) -> Tensor:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(f"{self.name} has no tensor {name}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no tensor {name}") from None
 
     def tensor_at(self, offset: int) -> Tensor | None:
         for t in self.tensors:
@@ -97,11 +102,15 @@ class Layout:
 
     buffers: tuple[BufferSpec, ...]
 
+    @cached_property
+    def _by_name(self) -> dict[str, BufferSpec]:
+        return {b.name: b for b in self.buffers}
+
     def buffer(self, name: str) -> BufferSpec:
-        for b in self.buffers:
-            if b.name == name:
-                return b
-        raise KeyError(f"no buffer named {name}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no buffer named {name}") from None
 
     def names(self) -> list[str]:
         return [b.name for b in self.buffers]
