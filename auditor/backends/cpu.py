@@ -114,6 +114,9 @@ class CpuBackend:
     name = "cpu"
 
     def __init__(self, kernel_set: KernelSet):
+        # The audit's GEMMs are small and many: a multi-threaded pool costs more in wake-ups than
+        # it saves, and spinning threads starve other processes on a small CI machine.
+        torch.set_num_threads(1)
         self._buffers: dict[int, torch.Tensor] = {}  # by base pointer
         self._bases: list[int] = []
         self._kernels: dict[str, Any] = {}
