@@ -72,6 +72,26 @@ def _param_type(decl: str) -> str:
     return _normalise_type(m.group(1) if m else decl)
 
 
+# `__global__ void NAME(`, with `__launch_bounds__(...)` allowed before or after `void`
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+_GLOBAL = r"__global__\s+" + _BOUNDS + r"void\s+" + _BOUNDS
+
+
+def _definition(code: str, name: str) -> re.Match | None:
+    return re.search(_GLOBAL + re.escape(name) + r"\s*\(([^)]*)\)", code, re.S)
+
+
+def _has_c_linkage(code: str, at: int) -> bool:
+    """`extern "C"` right before the kernel at `at`, or an `extern "C" { ... }` block open there."""
+    if re.search(r'extern\s+"C"\s*$', code[:at]):
+        return True
+    for block in re.finditer(r'extern\s+"C"\s*\{', code[:at]):
+        inner = code[block.end() : at]
+        if inner.count("{") >= inner.count("}"):  # the block's own brace is still open
+            return True
+    return False
+
+
 def expected_signature(spec: KernelSpec) -> str:
     args = ", ".join(f"{t} {n}" for n, t in spec.params)
     return f'extern "C" __global__ void {spec.name}({args})'
@@ -88,15 +108,19 @@ def check_source(spec: KernelSpec, text: str, path: str) -> None:
                     f"{path}:{lineno}: `{token}` ({what}) is not supported: kernels must be plain "
                     "per-thread code so the CPU backend can run the same source"
                 )
-    pattern = re.compile(
-        r'extern\s+"C"\s+__global__\s+void\s+' + re.escape(spec.name) + r"\s*\(([^)]*)\)", re.S
-    )
-    m = pattern.search(code)
+    m = _definition(code, spec.name)
     if m is None:
+        defined = ", ".join(f"`{n}`" for n in re.findall(_GLOBAL + r"(\w+)\s*\(", code))
+        found_note = f" (it defines {defined})" if defined else ""
         raise AuditEnvironmentError(
-            f"{path}: no entry point `{spec.name}`; expected {expected_signature(spec)}"
+            f"{path}: no entry point `{spec.name}`{found_note}; expected {expected_signature(spec)}"
         )
     lineno = code.count("\n", 0, m.start()) + 1
+    if not _has_c_linkage(code, m.start()):
+        raise AuditEnvironmentError(
+            f'{path}:{lineno}: entry point `{spec.name}` is not declared extern "C" (its symbol '
+            f"would be C++-mangled); expected {expected_signature(spec)}"
+        )
     found = [_param_type(p) for p in m.group(1).split(",") if p.strip()]
     wanted = [_normalise_type(t) for _, t in spec.params]
     if found != wanted:
@@ -125,7 +149,8 @@ class KernelSet:
             if s.spec.file == file:
                 if old not in s.text:
                     raise AuditEnvironmentError(
-                        f"fault {fault} cannot be applied to {s.path}: the code it edits is not there"
+                        f"fault {fault} cannot be applied to {s.path}: "
+                        "the code it edits is not there"
                     )
                 s = KernelSource(s.spec, s.text.replace(old, new), f"fault:{fault}", s.path)
             out.append(s)
