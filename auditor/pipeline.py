@@ -108,8 +108,13 @@ class SP14Pipeline:
             self.rec.upload(
                 f"init:{vec}", self.ptr("sn_state", vec), (x / np.linalg.norm(x)).astype(np.float32)
             )
-        self.rec.upload("init:ones_b", self.ptr("ones_b"), np.ones(self.dims.B, np.float32))
+        self._write_constants("init")
         self.adam_t = 0
+
+    def _write_constants(self, label: str) -> None:
+        """ones_b is no state but a constant every bias-gradient SGEMM and the gate producer's sum
+        reduce against: a fresh pipeline, initialised or replayed, must write it."""
+        self.rec.upload(f"{label}:ones_b", self.ptr("ones_b"), np.ones(self.dims.B, np.float32))
 
     def make_batch(self, step: int) -> dict[str, np.ndarray]:
         """The step's batch, from a generator seeded by (seed, step)."""
@@ -146,18 +151,23 @@ class SP14Pipeline:
         self.rec.step = state.step
         for name, values in state.buffers.items():
             self.rec.upload(f"replay:load_state:{name}", self.ptr(name), values)
+        self._write_constants("replay:load_state")
         self.adam_t = state.adam_t
         self.step_index = state.step
 
     # ---- the step ----
-    def step(self, mode: str = "sentinel", probes: Probes = Probes()) -> None:
-        """One training step, in the seed's order."""
+    def step(
+        self, mode: str = "sentinel", probes: Probes = Probes(), upload_batch: bool = True
+    ) -> None:
+        """One training step, in the seed's order. `upload_batch=False` reuses the batch already
+        on the device: a step captured into a CUDA graph may not copy pageable host memory."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode}")
         rec, t = self.rec, self.step_index
         rec.step = t
-        for name, values in self.make_batch(t).items():
-            rec.upload(f"batch:{name}", self.ptr(name), values)
+        if upload_batch:
+            for name, values in self.make_batch(t).items():
+                rec.upload(f"batch:{name}", self.ptr(name), values)
         rec.checkpoint("step_start", [*PERSISTENT, *self.make_batch_names()], adam_t=self.adam_t)
 
         forward.forward(self, "online")
