@@ -28,6 +28,8 @@ VARIANTS = Path(__file__).parent / "kernel_variants"
 ABI = tuple(k.name for k in KERNELS if k.abi)
 CONCAT, SCALE, ACC, POLYAK = ABI
 TERMINAL = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"}
+# CI runs these on the CPU; EGF_AUDIT_TEST_DEVICE=cuda repeats the same table on a GPU.
+DEVICE = os.environ.get("EGF_AUDIT_TEST_DEVICE", "cpu")
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ def egf_audit(*args: object) -> Result:
 
 def audit(kernels: Path, tmp_path: Path, *extra: object) -> Result:
     out = tmp_path / "audit.md"
-    return egf_audit("run", "--device", "cpu", "--kernels", kernels, "--out", out, *extra)
+    return egf_audit("run", "--device", DEVICE, "--kernels", kernels, "--out", out, *extra)
 
 
 def failed_codes(result: Result) -> set[str]:
@@ -260,7 +262,7 @@ def test_mutants_audits_the_folder_and_skips_patches_its_code_lacks(tmp_path):
     folder = kernels_dir(tmp_path / "k", (ok.source, ok.file))
     json_out = tmp_path / "mutants.json"
     args = ["--only", "no-nan-branch", "--only", "skip-scale", "--json", json_out]
-    result = egf_audit("mutants", "--device", "cpu", "--kernels", folder, *args)
+    result = egf_audit("mutants", "--device", DEVICE, "--kernels", folder, *args)
     assert result.exit_code == 0, result.output
     faults = {f["name"]: f for f in json.loads(json_out.read_text())["faults"]}
     assert faults["no-nan-branch"]["applicable"] is False
@@ -272,5 +274,5 @@ def test_other_commands_refuse_a_broken_folder_the_same_way(command, tmp_path):
     case = ENVIRONMENT[0]
     folder = kernels_dir(tmp_path / "k", (case.source, f"{case.kernel}_kernel.cu"))
     assert_environment_error(
-        egf_audit(command, "--device", "cpu", "--kernels", folder), *case.fragments
+        egf_audit(command, "--device", DEVICE, "--kernels", folder), *case.fragments
     )

@@ -4,6 +4,8 @@ TF32 stays off: the handle's math mode is CUBLAS_DEFAULT_MATH."""
 
 from __future__ import annotations
 
+import ctypes
+import re
 from functools import cache
 from typing import Any
 
@@ -20,6 +22,30 @@ _DTYPES = {"f32": np.float32, "i32": np.int32}
 _SCALARS = {"int": np.int32, "float": np.float32, "long long": np.int64}
 _OPS = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
 NVRTC_OPTIONS = ("-std=c++17",)
+CAPTURE_WORKSPACE_BYTES = 32 << 20
+
+
+def _nvrtc_errors(log: str) -> str:
+    """NVRTC's `path(7): error: ...` as `path:7: error: ...` (the form g++ prints), without its
+    note about the temporary file it compiled."""
+    lines = [
+        re.sub(r"^(.*?)\((\d+)\): (error|warning)", r"\1:\2: \3", ln.strip())
+        for ln in log.splitlines()
+    ]
+    errors = [ln for ln in lines if ": error" in ln][:6]
+    return " | ".join(errors) or log.strip()[:400]
+
+
+@cache
+def _libcublas() -> ctypes.CDLL:
+    """The libcublas this process already loaded for CuPy (its cuBLAS calls and ours must share
+    one library, one handle)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if re.search(r"/libcublas\.so[.\d]*$", path):
+                return ctypes.CDLL(path)
+    return ctypes.CDLL("libcublas.so")
 
 
 @cache
@@ -33,9 +59,8 @@ def load_function(source: KernelSource) -> Any:
         module = _module(source.path, source.text)
         return module.get_function(source.spec.name)
     except cupy.cuda.compiler.CompileException as exc:
-        lines = [ln for ln in str(exc).splitlines() if "error" in ln][:6]
         raise AuditEnvironmentError(
-            f"kernel {source.path} does not compile: {' | '.join(lines) or str(exc)[:400]}"
+            f"kernel {source.path} does not compile: {_nvrtc_errors(str(exc))}"
         ) from None
     except cupy.cuda.driver.CUDADriverError as exc:
         raise AuditEnvironmentError(f"kernel {source.path}: {exc}") from None
@@ -53,11 +78,50 @@ class CudaBackend:
         cublas.setPointerMode(self.handle, cublas.CUBLAS_POINTER_MODE_HOST)
         self._alpha = np.zeros(1, np.float32)
         self._beta = np.zeros(1, np.float32)
+        self._workspace: cupy.ndarray | None = None
+        self._raw_sgemm: Any = None
 
     def use_stream(self, stream: cupy.cuda.Stream) -> None:
         """Run every later launch on `stream` (CUDA-graph capture needs a non-default one)."""
         self.stream = stream
         cublas.setStream(self.handle, stream.ptr)
+        if self._workspace is not None:  # cublasSetStream drops a user workspace: set it again
+            self._set_workspace()
+
+    def prepare_capture(self) -> None:
+        """Make SGEMMs capturable in a CUDA graph. CuPy's cuBLAS wrapper refuses calls while a
+        stream captures, so SGEMMs go to the same cublasSgemm_v2 entry point through ctypes,
+        with a fixed workspace so that cuBLAS allocates nothing during the capture."""
+        lib = _libcublas()
+        self._raw_sgemm = lib.cublasSgemm_v2
+        self._raw_sgemm.restype = ctypes.c_int
+        self._raw_sgemm.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
+        self._workspace = cupy.empty(CAPTURE_WORKSPACE_BYTES, dtype=cupy.uint8)
+        self._set_workspace()
+
+    def _set_workspace(self) -> None:
+        status = _libcublas().cublasSetWorkspace_v2(
+            ctypes.c_void_p(self.handle),
+            ctypes.c_void_p(self._workspace.data.ptr),
+            ctypes.c_size_t(self._workspace.nbytes),
+        )
+        if status != 0:
+            raise AuditEnvironmentError(f"cublasSetWorkspace_v2 failed with status {status}")
 
     # ---- memory ----
     def alloc(self, spec: BufferSpec) -> int:
@@ -97,6 +161,26 @@ class CudaBackend:
     # ---- compute ----
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         self._alpha[0], self._beta[0] = alpha, beta
+        if self._raw_sgemm is not None:
+            status = self._raw_sgemm(
+                self.handle,
+                _OPS[transa],
+                _OPS[transb],
+                m,
+                n,
+                k,
+                self._alpha.ctypes.data,
+                a,
+                lda,
+                b,
+                ldb,
+                self._beta.ctypes.data,
+                c,
+                ldc,
+            )
+            if status != 0:
+                raise AuditEnvironmentError(f"cublasSgemm_v2 failed with status {status}")
+            return
         cublas.sgemm(
             self.handle,
             _OPS[transa],
