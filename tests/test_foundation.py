@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from egf_audit.backends import select_backend
 from egf_audit.config import Config, ConfigError, config_from_mapping, load_config, preset_config
 from egf_audit.errors import AuditEnvironmentError

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from egf_audit.audit import Auditor
 from egf_audit.backends import cuda_usable, select_backend
 from egf_audit.config import preset_config

@@ -6,15 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from egf_audit.audit import Auditor
 from egf_audit.backends import select_backend
 from egf_audit.config import Config, preset_config
 from egf_audit.faults import FAULTS_BY_NAME
 from egf_audit.invariants import FAIL, evaluate
 from egf_audit.kernel_sources import load_kernel_set
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 K_MISMATCHES = ("fwd-k-sh2", "dw-k-sh2", "dx-k-sh2")
 EXAMPLES = 200
@@ -26,16 +25,18 @@ def backend():
 
 
 widths = st.integers(min_value=1, max_value=13)
-shapes = st.fixed_dictionaries({
-    "B": st.integers(min_value=1, max_value=17),
-    "OBS": widths,
-    "SH1": widths,
-    "SH2": widths,
-    "ADV": widths,
-    "VALH": widths,
-    "A": st.tuples(*[st.integers(min_value=1, max_value=6)] * 4),
-    "E": st.tuples(st.just(1), *[st.integers(min_value=1, max_value=3)] * 3),
-})
+shapes = st.fixed_dictionaries(
+    {
+        "B": st.integers(min_value=1, max_value=17),
+        "OBS": widths,
+        "SH1": widths,
+        "SH2": widths,
+        "ADV": widths,
+        "VALH": widths,
+        "A": st.tuples(*[st.integers(min_value=1, max_value=6)] * 4),
+        "E": st.tuples(st.just(1), *[st.integers(min_value=1, max_value=3)] * 3),
+    }
+)
 
 
 def _config(shape: dict, seed: int) -> Config:
@@ -43,8 +44,11 @@ def _config(shape: dict, seed: int) -> Config:
     return dataclasses.replace(base, dims=dataclasses.replace(base.dims, **shape))
 
 
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(shape=shapes, seed=st.integers(min_value=0, max_value=2**16))
 def test_clean_passes_and_k_mismatches_are_caught_at_every_shape(backend, shape, seed):
     config = _config(shape, seed)

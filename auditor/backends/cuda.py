@@ -72,14 +72,14 @@ class CudaBackend:
     def __init__(self, kernel_set: KernelSet):
         self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
         self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
+        self._workspace: cupy.ndarray | None = None  # set by prepare_capture()
+        self._raw_sgemm: Any = None
         self.handle = cupy.cuda.device.get_cublas_handle()
         self.use_stream(cupy.cuda.get_current_stream())
         cublas.setMathMode(self.handle, cublas.CUBLAS_DEFAULT_MATH)  # no TF32
         cublas.setPointerMode(self.handle, cublas.CUBLAS_POINTER_MODE_HOST)
         self._alpha = np.zeros(1, np.float32)
         self._beta = np.zeros(1, np.float32)
-        self._workspace: cupy.ndarray | None = None
-        self._raw_sgemm: Any = None
 
     def use_stream(self, stream: cupy.cuda.Stream) -> None:
         """Run every later launch on `stream` (CUDA-graph capture needs a non-default one)."""

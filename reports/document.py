@@ -1,0 +1,356 @@
+"""The audit document, `docs/dqn-wire-up-audit.md`.
+
+Everything outside the environment block is a function of the code, the config and the seed
+only, so a document made on the GPU passes `--check` on the CPU; device-dependent values (the
+device, versions, timings, the measured evidence numbers) live between ENV_BEGIN and ENV_END.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+
+from egf_audit.trace import Trace
+
+from .bindings import SGEMM_ARGS, number, operand, operands, scalar_args
+from .json_report import jsonable
+from .markdown import code, table
+from .model import STATUS_LABEL, AuditReport, verdict_line
+from .timeline import SITE_TITLES, STEPS, site_timeline
+from .wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
+
+ENV_BEGIN = "<!-- egf-audit:env:begin -->"
+ENV_END = "<!-- egf-audit:env:end -->"
+ENV_PLACEHOLDER = "(environment block: ignored by --check)"
+TITLE = "# SP14 DQN wire-up audit"
+EVIDENCE_CHARS = 400  # per verdict in the document; --json has all of it
+
+
+def render_document(report: AuditReport) -> str:
+    sections = [
+        _header(report),
+        _invariants(report),
+        _wire_status(report),
+        _data_flow(report),
+        _sgemms(report),
+        _timeline(report),
+        _kernels(report),
+        _configuration(report),
+        _reference(report),
+        _environment(report),
+        _reproduce(report),
+    ]
+    return "\n\n".join("\n".join(s).rstrip() for s in sections) + "\n"
+
+
+# ---- the --check comparison ----
+_ENV_BLOCK = re.compile(re.escape(ENV_BEGIN) + r".*?" + re.escape(ENV_END), re.S)
+
+
+def without_environment(text: str) -> str:
+    """The document with its environment block emptied: what --check compares."""
+    return _ENV_BLOCK.sub(f"{ENV_BEGIN}\n{ENV_PLACEHOLDER}\n{ENV_END}", text)
+
+
+def stale_diff(committed: str, regenerated: str, path: str, limit: int = 60) -> list[str]:
+    """A unified diff (at most `limit` lines) of the parts --check compares; [] when current.
+    CRLF in the committed file counts as LF (a checkout with core.autocrlf is not stale)."""
+    committed = committed.replace("\r\n", "\n")
+    old = without_environment(committed).splitlines(keepends=True)
+    new = without_environment(regenerated).splitlines(keepends=True)
+    lines = [
+        line if line.endswith("\n") else line + "\n"
+        for line in difflib.unified_diff(
+            old, new, fromfile=f"{path} (committed)", tofile=f"{path} (regenerated)", n=1
+        )
+    ]
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"... {len(lines) - limit} more diff lines\n"]
+    return lines
+
+
+# ---- sections ----
+def _header(report: AuditReport) -> list[str]:
+    cfg = report.config
+    return [
+        TITLE,
+        "",
+        f"<!-- Written by egf-audit {report.version}. `egf-audit run` rewrites this file and "
+        "`egf-audit run --check` fails while it is stale; do not edit it by hand. -->",
+        "",
+        f"**Verdict:** {verdict_line(report)}",
+        "",
+        f"Audited the SP14 pipeline at preset {code(cfg.preset)}, seed {cfg.seed}, "
+        f"{report.steps} training step{'s' * (report.steps != 1)} a run, "
+        f"modes {' and '.join(report.modes)}; every launch recorded, "
+        f"{len(report.invariants)} invariants proved from the recording. "
+        "The measured numbers behind each verdict are in the environment block below.",
+    ]
+
+
+def _summary(report: AuditReport, code_: str) -> str:
+    summaries = []
+    for mode in report.modes:
+        r = report.result(code_, mode)
+        if r is not None:
+            summaries.append((mode, r.verdict.summary))
+    if len({s for _, s in summaries}) == 1:
+        return summaries[0][1]
+    return "; ".join(f"{mode}: {s}" for mode, s in summaries)
+
+
+def _status(report: AuditReport, code_: str, mode: str) -> str:
+    r = report.result(code_, mode)
+    return STATUS_LABEL[r.verdict.status if r else "not run"]
+
+
+def _invariants(report: AuditReport) -> list[str]:
+    rows = [
+        [
+            inv.code,
+            code(inv.slug),
+            *[_status(report, inv.code, m) for m in report.modes],
+            _summary(report, inv.code),
+        ]
+        for inv in report.invariants
+    ]
+    lines = ["## Invariants", "", *table(["code", "invariant", *report.modes, "summary"], rows)]
+    if report.failures:
+        lines += ["", "Failed:", ""]
+        for r in report.failures:
+            inv = report.invariant(r.code)
+            slug, message = (inv.slug, inv.message) if inv else ("", "")
+            lines.append(f"- **{r.code}[{r.mode}]** {code(slug)}: {message} ({r.verdict.summary})")
+    return lines
+
+
+def _wire_status(report: AuditReport) -> list[str]:
+    mode = reference_mode(report)
+    rows = [
+        [row.wire, ROW_STATUS[row.status], row.measured, ", ".join(row.codes)]
+        for row in wire_status(report)
+    ]
+    return [
+        "## Wire status",
+        "",
+        f"The seed's wire-status claims, each measured: the status is the verdict of the "
+        f"invariants named; the evidence is from the launches of step 0 of the {mode} "
+        "production run.",
+        "",
+        *table(["wire", "status", "measured", "proved by"], rows),
+    ]
+
+
+def _data_flow(report: AuditReport) -> list[str]:
+    d = report.config.dims
+    w = d.SH2 + 1
+    return [
+        "## Data flow",
+        "",
+        "```mermaid",
+        "flowchart TD",
+        "  subgraph forward",
+        f'    obs["obs [{d.B}, {d.OBS}]"] --> trunk["trunk: h_s1, h_s2"]',
+        f'    trunk --> hs2["save_h_s2 [{d.B}, {d.SH2}]"]',
+        f'    hs2 --> aux["aux head: aux_nb_softmax_buf [{d.B}, {d.AUXK}]"]',
+        '    aux --> wire["wire = p[up] - p[down]"]',
+        f'    hs2 --> concat["sp14_dir_qaux_concat_scratch [{d.B}, {w}]"]',
+        "    wire --> concat",
+        f'    concat --> fc0["forward_branch_fc d=0: w_b0fc [{d.ADV}, {w}], K = {w}"]',
+        '    hs2 --> heads["mag, ord, urg branches; value stream"]',
+        '    fc0 --> q["dueling Q heads"]',
+        "    heads --> q",
+        "  end",
+        '  subgraph backward ["backward, per call site: cql, then main"]',
+        '    dq["dQ"] --> dwsg["d=0 dW SGEMM: grad_buf+goff_w_b0fc"]',
+        f'    dq --> dxsg["d=0 dX SGEMM: sp14_d_dir_qaux_concat [{d.B}, {w}]"]',
+        '    dxsg --> gate{"sp14_scale_wire_col: column SH2 times ISV[393]"}',
+        f'    gate -- "columns 0..{d.SH2 - 1}" --> acc["accumulate into d_h_s2 [{d.B}, {d.SH2}]"]',
+        '    gate -- "gated wire column" --> auxb["aux head backward"]',
+        '    acc --> trunkb["trunk backward"]',
+        "    auxb --> trunkb",
+        "  end",
+        '  isv["ISV[393]: 0.0 (sentinel) or the live gate"] -.-> gate',
+        "  q --> dq",
+        '  polyak["polyak_ema: tau params + (1 - tau) target"] -. "the only writer" .-> '
+        'target["target_params"]',
+        "```",
+    ]
+
+
+def _sgemms(report: AuditReport) -> list[str]:
+    trace = reference_trace(report)
+    head = ["## SGEMMs of one step", ""]
+    if trace is None:
+        return [*head, "No trace was recorded."]
+    launches = [x for x in trace.sgemms() if x.step == 0]
+    rows = [
+        [
+            x.index,
+            code(x.label),
+            *[number(x.args[k]) for k in SGEMM_ARGS],
+            *[_bound(x, role, trace) for role in ("A", "B", "C")],
+        ]
+        for x in launches
+    ]
+    return [
+        *head,
+        f"All {len(launches)} SGEMMs of step 0 of the {reference_mode(report)} production run, "
+        "in launch order, with their cuBLAS (column-major) arguments as passed and the tensor "
+        "each pointer resolved to. `#` is the launch's index in the run's trace.",
+        "",
+        *table(["#", "label", *SGEMM_ARGS, "A", "B", "C"], rows),
+    ]
+
+
+def _bound(x, role: str, trace: Trace) -> str:
+    try:
+        return operand(x.binding(role), trace.layout)
+    except KeyError:
+        return "—"
+
+
+def _timeline(report: AuditReport) -> list[str]:
+    trace = reference_trace(report)
+    lines = ["## Backward timeline", ""]
+    if trace is None:
+        return [*lines, "No trace was recorded."]
+    lines += [
+        f"Step 0 of the {reference_mode(report)} production run, per call site, numbered as "
+        "the seed's orchestration:",
+        "",
+        *[f"{n}. {text}" for n, text in STEPS.items()],
+    ]
+    for site, title in SITE_TITLES.items():
+        entries = site_timeline(trace, site)
+        lines += ["", f"### {title} (`@{site}`)", ""]
+        if entries is None:
+            lines.append("This call site recorded no backward checkpoints.")
+            continue
+        rows = []
+        for n in STEPS:
+            mine = [e.launch for e in entries if e.step == n]
+            if not mine:
+                rows.append([n, "—", "no launch", "", "", ""])
+            for x in mine:
+                rows.append(
+                    [
+                        n,
+                        x.index,
+                        code(x.label),
+                        scalar_args(x),
+                        "; ".join(operands(x, trace.layout, "w")),
+                        "; ".join(operands(x, trace.layout, "r")),
+                    ]
+                )
+        lines += table(["step", "#", "launch", "arguments", "writes", "reads"], rows)
+    return lines
+
+
+def _kernels(report: AuditReport) -> list[str]:
+    rows = [
+        [code(s.spec.name), code(s.path), s.origin, code(s.sha256)] for s in report.kernels.sources
+    ]
+    lines = ["## Kernel sources audited", "", *table(["kernel", "path", "origin", "sha256"], rows)]
+    if report.kernels.ignored:
+        names = ", ".join(code(n) for n in report.kernels.ignored)
+        lines += ["", f"Ignored (no kernel of that name): {names}."]
+    return lines
+
+
+def _configuration(report: AuditReport) -> list[str]:
+    cfg = report.config.as_dict()
+    dims = [
+        [code(k), ", ".join(map(str, v)) if isinstance(v, list | tuple) else v]
+        for k, v in cfg["dims"].items()
+    ]
+    hyper = [[code(k), number(v)] for k, v in cfg["hyper"].items()]
+    return [
+        "## Configuration",
+        "",
+        f"Preset {code(cfg['preset'])}, seed {cfg['seed']}.",
+        "",
+        *table(["dimension", "value"], dims),
+        "",
+        *table(["hyper-parameter", "value"], hyper),
+    ]
+
+
+def _reference(report: AuditReport) -> list[str]:
+    lines = ["## Invariant reference", "", "The same text as `egf-audit explain CODE`."]
+    for inv in report.invariants:
+        lines += [
+            "",
+            f"### {inv.code} {inv.slug}",
+            "",
+            inv.message,
+            "",
+            f"**What it proves.** {inv.what}",
+            "",
+            f"**Why it matters.** {inv.why}",
+            "",
+            f"**How it is measured.** {inv.how}",
+            "",
+            f"**Bug it catches.** {inv.catches}",
+            "",
+            f"**Example.** {inv.example}",
+        ]
+    return lines
+
+
+def _environment(report: AuditReport) -> list[str]:
+    env = report.environment
+    rows = [[code(k), v] for k, v in _flatten(env)]
+    evidence = [
+        [r.code, r.mode, code(_evidence(r.verdict.evidence))]
+        for r in report.results
+        if r.verdict.evidence
+    ]
+    lines = [
+        ENV_BEGIN,
+        "## Environment",
+        "",
+        "Where this document was made. Everything between the environment markers depends on "
+        "the machine and backend, and `egf-audit run --check` ignores it.",
+        "",
+        *table(["key", "value"], rows),
+        "",
+        "### Measured evidence",
+        "",
+    ]
+    if evidence:
+        lines += table(["code", "mode", "evidence"], evidence)
+    else:
+        lines.append("No verdict carried evidence.")
+    return [*lines, ENV_END]
+
+
+def _evidence(evidence: dict, limit: int = EVIDENCE_CHARS) -> str:
+    text = json.dumps(jsonable(evidence), sort_keys=True)
+    return text if len(text) <= limit else text[:limit] + " ... (whole in --json)"
+
+
+def _flatten(value: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, dict):
+            out += _flatten(item, f"{name}.")
+        else:
+            out.append((name, number(item) if isinstance(item, float) else item))
+    return out
+
+
+def _reproduce(report: AuditReport) -> list[str]:
+    return [
+        "## Reproduce",
+        "",
+        "```sh",
+        report.command,
+        "```",
+        "",
+        "The device is left to `--device auto` (CUDA when a GPU works, else the CPU); the "
+        "document outside the environment block is the same on either. "
+        "`egf-audit run --check` with the same options fails while this file is stale.",
+    ]

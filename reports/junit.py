@@ -1,0 +1,76 @@
+"""`--junit`: JUnit XML as pytest writes it, one testcase per invariant per mode.
+
+A failed verdict is a `<failure message=...>` carrying the invariant's one-line message and the
+verdict's summary; its body adds the evidence. A warning is a passing testcase whose
+`<system-out>` says why it warned, so CI dashboards show it without failing the build.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+from egf_audit.invariants.registry import FAIL, WARN
+
+from .json_report import jsonable
+from .model import AuditReport
+
+# XML 1.0 cannot carry these characters at all, escaped or not.
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def clean(text: str) -> str:
+    return _INVALID_XML.sub("?", text)
+
+
+def testcase_name(code: str, mode: str) -> str:
+    return f"{code}[{mode}]"
+
+
+def render_junit(report: AuditReport, seconds: dict[str, float] | None = None) -> str:
+    """`seconds`: time each invariant's check took over all modes (split evenly per mode)."""
+    seconds = seconds or {}
+    suites = ET.Element("testsuites", name="egf-audit")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="egf-audit",
+        errors="0",
+        failures=str(len(report.failures)),
+        skipped="0",
+        tests=str(len(report.results)),
+        time=f"{sum(seconds.values()):.3f}",
+    )
+    modes_of = {r.code: sum(1 for q in report.results if q.code == r.code) for r in report.results}
+    for r in report.results:
+        inv = report.invariant(r.code)
+        slug = inv.slug if inv else ""
+        message = inv.message if inv else ""
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=clean(
+                getattr(inv.check, "__module__", "egf_audit.invariants") if inv else ""
+            ),
+            name=testcase_name(r.code, r.mode),
+            time=f"{seconds.get(r.code, 0.0) / max(modes_of[r.code], 1):.3f}",
+        )
+        evidence = json.dumps(jsonable(r.verdict.evidence), indent=2, sort_keys=True)
+        body = (
+            f"{r.code} {slug} [{r.mode}]\n{message}\n\nsummary: {r.verdict.summary}\n"
+            f"evidence: {evidence}\n\nSee `egf-audit explain {r.code}`."
+        )
+        if r.verdict.status == FAIL:
+            failure = ET.SubElement(
+                case,
+                "failure",
+                message=clean(f"{message} ({r.verdict.summary})"),
+                type="InvariantFailed",
+            )
+            failure.text = clean(body)
+        elif r.verdict.status == WARN:
+            out = ET.SubElement(case, "system-out")
+            out.text = clean(f"warning: {body}")
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, "unicode") + "\n"

@@ -1,0 +1,85 @@
+"""What every report renders: one finished audit, its verdicts, and where it ran.
+
+Everything here except `environment` (and the numbers in each verdict's evidence) must be the
+same on every backend; the renderers keep the two apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from egf_audit.invariants.registry import FAIL, PASS, WARN
+
+if TYPE_CHECKING:
+    from egf_audit.audit import AuditRun
+    from egf_audit.config import Config
+    from egf_audit.invariants import Result
+    from egf_audit.invariants.registry import Invariant
+    from egf_audit.kernel_sources import KernelSet
+
+NOT_RUN = "not run"
+STATUS_LABEL = {PASS: "✅ pass", FAIL: "❌ fail", WARN: "⚠️ warn", NOT_RUN: "—"}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    config: Config
+    modes: tuple[str, ...]
+    steps: int
+    invariants: tuple[Invariant, ...]  # the registry the verdicts came from, in code order
+    results: tuple[Result, ...]
+    kernels: KernelSet
+    command: str  # reproduces the document; never names the device
+    version: str
+    environment: dict[str, Any] = field(default_factory=dict)  # device-dependent only
+    run: AuditRun | None = None  # the traces; None in reports built without them
+
+    def result(self, code: str, mode: str) -> Result | None:
+        for r in self.results:
+            if r.code == code and r.mode == mode:
+                return r
+        return None
+
+    @property
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if r.verdict.status == FAIL]
+
+    @property
+    def warnings(self) -> list[Result]:
+        return [r for r in self.results if r.verdict.status == WARN]
+
+    @property
+    def ok(self) -> bool:
+        """Every invariant holds; a warning counts as holding."""
+        return not self.failures
+
+    def combined_status(self, codes: tuple[str, ...]) -> str:
+        """One status over several invariants and every mode run: fail beats warn beats pass;
+        NOT_RUN when any of them has no verdict (a registry without that code)."""
+        statuses = []
+        for code in codes:
+            found = [r.verdict.status for r in self.results if r.code == code]
+            if not found:
+                return NOT_RUN
+            statuses += found
+        for status in (FAIL, WARN):
+            if status in statuses:
+                return status
+        return PASS
+
+    def invariant(self, code: str) -> Invariant | None:
+        return next((inv for inv in self.invariants if inv.code == code), None)
+
+
+def verdict_line(report: AuditReport) -> str:
+    """The overall verdict in one device-independent sentence."""
+    modes = " and ".join(report.modes)
+    if report.ok:
+        line = f"PASS: all {len(report.invariants)} invariants hold in {modes}"
+        if report.warnings:
+            codes = ", ".join(sorted({r.code for r in report.warnings}))
+            line += f" (warning, not a failure: {codes})"
+        return line
+    failed = [f"{r.code}[{r.mode}]" for r in report.failures]
+    return f"FAIL: {len(failed)} of {len(report.results)} verdicts failed: " + ", ".join(failed)

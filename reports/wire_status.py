@@ -1,0 +1,187 @@
+"""The seed's "Wire status" table, filled from what the audit measured.
+
+Each row's status comes from the verdicts of the invariants that prove it; its "measured" text
+comes from the launches of the reference trace (step 0 of the production run), so it names the
+SGEMM arguments and operands that were really used. Both are the same on every backend.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from egf_audit.backward import WRAPPER_PREFIX
+from egf_audit.invariants.registry import FAIL, PASS, WARN
+from egf_audit.trace import Launch, Trace
+
+from .bindings import operand
+from .model import NOT_RUN, AuditReport
+
+SITES = ("cql", "main")
+ROW_STATUS = {
+    PASS: "✅ holds",
+    FAIL: "❌ broken",
+    WARN: "⚠️ residual (diagnostic only)",
+    NOT_RUN: "— not measured",
+}
+# Scenario names and labels the audit defines (auditor/audit.py, auditor/backward.py).
+WRAPPER_SCENARIO = "diagnostic/wrapper"
+NON_PIPELINE_PREFIXES = ("init:", "batch:", "replay:", "probe:", "audit:", "diagnostic:")
+
+
+@dataclass(frozen=True)
+class WireRow:
+    wire: str
+    status: str  # PASS, FAIL, WARN or NOT_RUN
+    measured: str
+    codes: tuple[str, ...]
+
+
+def reference_mode(report: AuditReport) -> str | None:
+    """The production run whose step 0 the document shows: sentinel when it ran."""
+    if report.run is None or not report.modes:
+        return None
+    return "sentinel" if "sentinel" in report.modes else report.modes[0]
+
+
+def reference_trace(report: AuditReport) -> Trace | None:
+    mode = reference_mode(report)
+    if mode is None or report.run is None:
+        return None
+    return report.run.traces.get(mode)
+
+
+def first(trace: Trace, label: str, step: int = 0) -> Launch | None:
+    return next((x for x in trace.launches if x.label == label and x.step == step), None)
+
+
+def width_note(value: int, sh2: int) -> str:
+    """What an SGEMM width means against the d = 0 concat width SH2 + 1."""
+    if value == sh2 + 1:
+        return f"{value} (SH2 + 1)"
+    if value == sh2:
+        return f"{value} (SH2: the wire column is dropped)"
+    return str(value)
+
+
+def _operand(launch: Launch, role: str, trace: Trace) -> str:
+    try:
+        return operand(launch.binding(role), trace.layout)
+    except KeyError:
+        return f"no operand {role}"
+
+
+def forward_dispatch(trace: Trace, sh2: int) -> str:
+    label = "forward_branch_fc[d=0]@online"
+    x = first(trace, label)
+    if x is None:
+        return f"no `{label}` launch recorded"
+    return (
+        f"`{label}`: k = {width_note(x.args['k'], sh2)} against lda = {x.args['lda']}; "
+        f"A = {_operand(x, 'A', trace)}, B = {_operand(x, 'B', trace)}"
+    )
+
+
+def backward_dispatch(trace: Trace) -> str:
+    parts = []
+    for site in SITES:
+        scale = first(trace, f"sp14_scale_wire_col@{site}")
+        dx = first(trace, f"backward_branch_dx[d=0]@{site}")
+        acc = first(trace, f"accumulate_d_h_s2_from_concat[d=0]@{site}")
+        if scale is None:
+            parts.append(f"{site}: no `sp14_scale_wire_col` launch (ungated)")
+            continue
+        target = _operand(scale, "dx_concat", trace)
+        where = f"× ISV[{scale.args.get('isv_index')}]"
+        if dx is not None and acc is not None and dx.index < scale.index < acc.index:
+            order = "after the d = 0 dX SGEMM, before the accumulate"
+        else:
+            order = "NOT between the d = 0 dX SGEMM and the accumulate"
+        parts.append(f"{site}: `sp14_scale_wire_col` on {target} {where}, {order}")
+    return "; ".join(parts)
+
+
+def dw(trace: Trace, sh2: int) -> str:
+    parts = []
+    for site in SITES:
+        x = first(trace, f"backward_branch_dw[d=0]@{site}")
+        if x is None:
+            parts.append(f"{site}: no d = 0 dW SGEMM recorded")
+            continue
+        scale = first(trace, f"sp14_scale_wire_col@{site}")
+        before = (
+            "before the wire scale"
+            if scale is None or x.index < scale.index
+            else ("AFTER the wire scale")
+        )
+        parts.append(
+            f"{site}: m = {width_note(x.args['m'], sh2)}, ldc = {x.args['ldc']}, "
+            f"C = {_operand(x, 'C', trace)} from A = {_operand(x, 'A', trace)}, {before}"
+        )
+    return "; ".join(parts)
+
+
+def target_net(trace: Trace) -> str:
+    writers: Counter[str] = Counter()
+    for x in trace.launches:
+        if x.kind == "checkpoint" or x.step < 0 or x.label.startswith(NON_PIPELINE_PREFIXES):
+            continue
+        if x.writes_to("target_params"):
+            writers[x.label] += 1
+    steps = len([s for s in trace.steps if s >= 0])
+    if not writers:
+        written = "nothing writes `target_params`"
+    else:
+        written = "`target_params` is written by " + ", ".join(
+            f"`{label}` × {n}" for label, n in sorted(writers.items())
+        )
+    try:
+        begin = trace.checkpoint_index(0, "forward_target:begin")
+        end = trace.checkpoint_index(0, "forward_target:end")
+    except KeyError:
+        return f"{written} over {steps} steps; no target-forward checkpoints recorded"
+    window = [x for x in trace.launches[begin + 1 : end] if x.kind != "checkpoint"]
+    backward = [x for x in window if "backward" in x.label]
+    return (
+        f"{written} over {steps} steps; the target forward ran {len(window)} launches, "
+        f"{len(backward)} of them backward"
+    )
+
+
+def wrapper_path(report: AuditReport, sh2: int) -> str:
+    run = report.run
+    assert run is not None
+    production = sum(
+        1
+        for mode in report.modes
+        if mode in run.traces
+        for x in run.traces[mode].launches
+        if x.label.startswith(WRAPPER_PREFIX)
+    )
+    text = f"{production} launches of the wrapper path in the production runs"
+    diag = run.traces.get(WRAPPER_SCENARIO)
+    label = f"{WRAPPER_PREFIX}backward_branch_dw[d=0]@wrapper"
+    x = first(diag, label) if diag is not None else None
+    if x is None:
+        return f"{text}; no diagnostic wrapper call recorded"
+    return (
+        f"{text}; the diagnostic call's d = 0 dW SGEMM has m = {width_note(x.args['m'], sh2)} "
+        f"against ldc = {x.args['ldc']}, A = {_operand(x, 'A', diag)}"
+    )
+
+
+def wire_status(report: AuditReport) -> list[WireRow]:
+    trace = reference_trace(report)
+    sh2 = report.config.dims.SH2
+    rows = [
+        ("Forward dispatch", ("EGF001",), lambda t: forward_dispatch(t, sh2)),
+        ("Backward dispatch", ("EGF003", "EGF004", "EGF008"), backward_dispatch),
+        ("dW unchanged", ("EGF002",), lambda t: dw(t, sh2)),
+        ("Target net", ("EGF005",), target_net),
+        ("Wrapper path", ("EGF011",), lambda _t: wrapper_path(report, sh2)),
+    ]
+    out = []
+    for wire, codes, measure in rows:
+        measured = measure(trace) if trace is not None else "no trace recorded"
+        out.append(WireRow(wire, report.combined_status(codes), measured, codes))
+    return out

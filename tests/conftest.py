@@ -1,0 +1,83 @@
+"""Shared test setup.
+
+- Every test sees a stable, colourless, 120-column terminal, and no CI environment: a test run
+  inside GitHub Actions must not print annotations or append to the job's real step summary.
+- `gpu`-marked tests are skipped where `egf_audit.backends.cuda_usable()` says no GPU works.
+- Session fixtures build the CPU kernels once (`cpu_backend`) and run one ci-preset audit
+  (`ci_audit_run`) that read-only tests can share.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from egf_audit.audit import AuditRun
+    from egf_audit.backends.base import Backend
+    from egf_audit.config import Config
+    from egf_audit.kernel_sources import KernelSet
+
+# The CPU backend's GEMMs are tiny; on a busy 2-core CI runner OpenMP's default busy-waiting
+# makes them ~30x slower (idle threads spin against the other processes). Passive waiting
+# changes no result. It must be set before torch loads its OpenMP runtime, so this file
+# imports egf_audit (and with it torch) only inside the fixtures below.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+CI_ENVIRONMENT = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "FORCE_COLOR", "CLICOLOR_FORCE")
+
+
+@pytest.fixture(autouse=True)
+def _stable_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("TERM", "dumb")
+    monkeypatch.setenv("COLUMNS", "120")
+    for name in CI_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return  # never import CuPy for a run without GPU tests
+    from egf_audit.backends import cuda_usable
+
+    usable, why = cuda_usable()
+    if usable:
+        return
+    skip = pytest.mark.skip(reason=f"no usable GPU: {why}")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def kernel_set() -> KernelSet:
+    from egf_audit.kernel_sources import load_kernel_set
+
+    return load_kernel_set()
+
+
+@pytest.fixture(scope="session")
+def cpu_backend(kernel_set: KernelSet) -> Backend:
+    """The bundled kernels compiled for the CPU once per session (and cached on disk)."""
+    from egf_audit.backends import select_backend
+
+    return select_backend("cpu", kernel_set)
+
+
+@pytest.fixture(scope="session")
+def ci_config() -> Config:
+    from egf_audit.config import preset_config
+
+    return preset_config("ci")
+
+
+@pytest.fixture(scope="session")
+def ci_audit_run(ci_config: Config, cpu_backend: Backend) -> AuditRun:
+    """One production-wiring audit at the ci preset (both modes, 2 steps). Read-only: tests
+    that change a run must build their own."""
+    from egf_audit.audit import Auditor
+
+    return Auditor(ci_config, cpu_backend, steps=2).run(("sentinel", "live"))
