@@ -199,6 +199,15 @@ def run(
         typer.Option(help="Write every scenario's launches here as JSON lines."),
     ] = None,
     kernels: KernelsDir = None,
+    cublas_log: Annotated[
+        bool,
+        typer.Option(
+            "--cublas-log",
+            help="Also log every GEMM with cuBLAS's own API logger and match the log one-to-one "
+            "with the recorded SGEMMs (CUDA only); a mismatch fails the run.",
+            metavar="",
+        ),
+    ] = False,
     quiet: Quiet = False,
     debug: Debug = False,
 ) -> None:
@@ -222,6 +231,7 @@ def run(
         junit_out=junit,
         trace_out=trace,
         kernels_dir=kernels,
+        cublas_log=cublas_log,
     )
     stdout, stderr = _consoles()
     with _exit_codes(debug), progress_for(stderr, quiet) as progress:
@@ -250,6 +260,14 @@ def _print_run(
         stdout.print(Text(verdict_line(report)), soft_wrap=True)
         for path in outcome.written:
             stderr.print(Text(f"egf-audit: wrote {path}"), soft_wrap=True)
+    if report.witness is not None:
+        w = report.witness
+        line = (
+            f"cuBLAS witness: {w['matched']} of {w['recorded']} GEMMs match ({w['logged']} logged)"
+        )
+        (stdout if report.witness_ok else stderr).print(
+            Text(line if report.witness_ok else f"egf-audit: {line}: FAIL"), soft_wrap=True
+        )
     if request.check:
         where = Path(request.out).as_posix()
         if outcome.stale:

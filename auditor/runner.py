@@ -13,7 +13,9 @@ import importlib
 import json
 import platform
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
 from egf_audit.reports.model import AuditReport
 
-from . import __version__, mutants
+from . import __version__, cublas_witness, mutants
 from .audit import Auditor, AuditRun, mode_scenarios
 from .backends import DEVICES, select_backend
 from .backends.base import Backend
@@ -73,6 +75,7 @@ class RunRequest:
     junit_out: Path | None = None
     trace_out: Path | None = None
     kernels_dir: Path | None = None
+    cublas_log: bool = False  # the cuBLAS witness (CUDA only)
 
 
 @dataclass
@@ -189,10 +192,14 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     config = timer("config", lambda: load_config(req.config_path, req.preset, req.seed))
     progress.step("kernel sources")
     kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir))
+    witness_log = _start_witness(req) if req.cublas_log else None
     progress.step(f"backend ({req.device}): compiling kernels")
     backend = timer("backend", lambda: select_backend(req.device, kernels))
+    if witness_log is not None and backend.name != "cuda":
+        raise AuditEnvironmentError("--cublas-log needs the CUDA backend, and none is usable here")
     auditor = Auditor(config, backend, steps=req.steps, progress=progress.step)
     run = timer("scenarios", lambda: auditor.run(modes))
+    witness = _finish_witness(witness_log, backend, run) if witness_log is not None else None
     results, seconds = timer("invariants", lambda: evaluate_all(run, progress))
 
     progress.step("document")
@@ -207,9 +214,12 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
         version=__version__,
         environment=environment(backend, timer.timings),
         run=run,
+        witness=witness.as_dict() if witness is not None else None,
     )
     document = render_document(report)
     outcome = RunOutcome(report, document, exit_code=0 if report.ok else 1)
+    if witness is not None and not witness.ok:
+        outcome.exit_code = 1
 
     if req.check:
         committed = _read_committed(Path(req.out))
@@ -223,6 +233,29 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
             outcome.exit_code = 1
     _write_outputs(req, outcome, run, seconds)
     return outcome
+
+
+def _start_witness(req: RunRequest) -> Path:
+    """Switch cuBLAS's API logger on before the CUDA backend loads cuBLAS."""
+    if req.device == "cpu":
+        raise UsageError("--cublas-log needs --device cuda or auto: the CPU backend has no cuBLAS")
+    log = Path(tempfile.mkdtemp(prefix="egf-audit-cublas-")) / "cublas_api.log"
+    cublas_witness.enable(log)
+    return log
+
+
+def _finish_witness(log: Path, backend: Backend, run: AuditRun) -> cublas_witness.WitnessResult:
+    """Parse what cuBLAS logged and match it with every recorded SGEMM, in execution order
+    (the scenarios ran one after another, in the order the run keeps them)."""
+    backend.synchronize()
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise AuditEnvironmentError(f"--cublas-log: cuBLAS wrote no log ({exc})") from None
+    finally:
+        shutil.rmtree(log.parent, ignore_errors=True)
+    launches = [x for trace in run.traces.values() for x in trace.launches]
+    return cublas_witness.match(cublas_witness.parse_log(text), launches)
 
 
 def _write_outputs(req: RunRequest, outcome: RunOutcome, run: AuditRun, seconds: dict) -> None:

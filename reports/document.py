@@ -323,7 +323,35 @@ def _environment(report: AuditReport) -> list[str]:
         lines += table(["code", "mode", "evidence"], evidence)
     else:
         lines.append("No verdict carried evidence.")
-    return [*lines, ENV_END]
+    return [*lines, *_witness(report), ENV_END]
+
+
+def _witness(report: AuditReport) -> list[str]:
+    """cuBLAS's own account of the GEMMs (`--cublas-log`): it exists only on the CUDA backend,
+    so it lives inside the environment block."""
+    w = report.witness
+    if w is None:
+        return []
+    lines = [
+        "",
+        f"### cuBLAS witness: {w['matched']} of {w['recorded']} GEMMs match",
+        "",
+        f"cuBLAS's API logger recorded {w['logged']} GEMM calls; each was paired, in order, with "
+        "the recorded SGEMM of the same index and compared on (transa, transb, m, n, k, lda, ldb, "
+        "ldc).",
+    ]
+    if w["mismatches"]:
+        rows = [
+            [
+                str(m["index"]),
+                code(m["label"]),
+                code(json.dumps(m["recorded"])),
+                code(json.dumps(m["logged"])),
+            ]
+            for m in w["mismatches"]
+        ]
+        lines += ["", *table(["#", "launch", "recorded", "cuBLAS logged"], rows)]
+    return lines
 
 
 def _evidence(evidence: dict, limit: int = EVIDENCE_CHARS) -> str:

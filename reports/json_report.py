@@ -44,6 +44,7 @@ def report_dict(report: AuditReport, exit_code: int, document: dict[str, Any]) -
             for s in report.kernels.sources
         ],
         "kernels_ignored": list(report.kernels.ignored),
+        "cublas_witness": report.witness,
         "invariants": [
             {
                 "code": inv.code,

@@ -34,6 +34,11 @@ class AuditReport:
     version: str
     environment: dict[str, Any] = field(default_factory=dict)  # device-dependent only
     run: AuditRun | None = None  # the traces; None in reports built without them
+    witness: dict[str, Any] | None = None  # the cuBLAS witness (--cublas-log), device-dependent
+
+    @property
+    def witness_ok(self) -> bool:
+        return self.witness is None or bool(self.witness["ok"])
 
     def result(self, code: str, mode: str) -> Result | None:
         for r in self.results:
@@ -51,7 +56,8 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        """Every invariant holds; a warning counts as holding."""
+        """Every invariant holds; a warning counts as holding. (The cuBLAS witness decides the
+        exit code on its own: see runner.run_audit.)"""
         return not self.failures
 
     def combined_status(self, codes: tuple[str, ...]) -> str:

@@ -58,3 +58,35 @@ def test_unexecuted_launches_are_not_expected_in_the_log_and_counts_must_agree()
     refused = _sgemm("oob", "T", 32, executed=False)
     assert match(parse_log(LOG), [_sgemm("a", "T", 32), refused]).ok
     assert not match(parse_log(LOG), [_sgemm("a", "T", 32), _sgemm("b", "T", 32)]).ok
+
+
+def test_the_witness_section_lives_in_the_environment_block(tmp_path):
+    """The witness exists only on the CUDA backend, so a document with it must still pass
+    --check against one made without it (e.g. on the CPU)."""
+    import dataclasses
+
+    from egf_audit.reports.document import ENV_BEGIN, ENV_END, render_document, stale_diff
+    from egf_audit.runner import RunRequest, run_audit
+
+    outcome = run_audit(RunRequest(device="cpu", out=tmp_path / "audit.md", mode="sentinel"))
+    witness = {"logged": 3, "recorded": 3, "matched": 3, "ok": True, "mismatches": []}
+    with_witness = render_document(dataclasses.replace(outcome.report, witness=witness))
+    heading = "### cuBLAS witness: 3 of 3 GEMMs match"
+    assert with_witness.index(ENV_BEGIN) < with_witness.index(heading) < with_witness.index(ENV_END)
+    assert stale_diff(outcome.document, with_witness, "audit.md") == []
+
+
+def test_cublas_log_on_the_cpu_backend_is_a_usage_error(tmp_path):
+    from egf_audit.cli import app
+    from typer.testing import CliRunner
+
+    out = tmp_path / "audit.md"
+    result = CliRunner().invoke(
+        app,
+        ["run", "--device", "cpu", "--cublas-log", "--out", str(out)],
+        env={"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"},
+    )
+    assert result.exit_code == 2
+    assert "--cublas-log needs --device cuda" in result.stderr
+    assert "Traceback" not in result.output
+    assert not out.exists()

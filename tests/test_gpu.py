@@ -54,3 +54,31 @@ def test_every_fault_is_killed_on_the_gpu(preset):
     assert result.backend == "cuda"
     assert result.survivors == []
     assert result.idle_invariants == []
+
+
+def test_cublas_witness_matches_every_recorded_sgemm(tmp_path):
+    """cuBLAS reads its logger settings when it loads, so the witness runs in a fresh process."""
+    import json
+    import shutil
+    import subprocess
+
+    out, report = tmp_path / "audit.md", tmp_path / "audit.json"
+    cmd = [
+        shutil.which("egf-audit") or "egf-audit",
+        "run",
+        "--device",
+        "cuda",
+        "--cublas-log",
+        "--quiet",
+        "--out",
+        str(out),
+        "--json",
+        str(report),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    witness = json.loads(report.read_text())["cublas_witness"]
+    assert witness["ok"] and witness["matched"] == witness["recorded"] == witness["logged"] > 0
+    assert f"cuBLAS witness: {witness['matched']} of {witness['recorded']} GEMMs match" in (
+        out.read_text()
+    )
