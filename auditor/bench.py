@@ -1,7 +1,7 @@
 """`egf-audit bench`: the pipeline's cost, side by side, in one process on one device.
 
 For each batch size B (at the `prod` widths): the plain pipeline step (recorder off), the
-instrumented step (recorder on: every launch bound and recorded, host snapshots at every
+instrumented step (recorder on: every launch bound and recorded, snapshots at every
 checkpoint), a torch-eager autograd step of the same network and losses, and, on CUDA, the plain
 step captured once in a CUDA graph and replayed. Each is primed once, warmed up, then timed step
 by step (CUDA events on the stream the work runs on; `time.perf_counter` on the CPU); the report
@@ -173,7 +173,7 @@ def measure_instrumented(
         def clear() -> None:
             stats["launches_per_step"] = sum(1 for x in trace.launches if x.kind != "checkpoint")
             stats["checkpoints_per_step"] = len(trace.snapshots)
-            nbytes = sum(a.nbytes for snap in trace.snapshots.values() for a in snap.values())
+            nbytes = sum(snap.nbytes for snap in trace.snapshots.values())
             stats["snapshot_mb_per_step"] = round(nbytes / 1e6, 3)
             trace.launches.clear()
             trace.snapshots.clear()
@@ -353,8 +353,10 @@ def settings(
         f"Each variant: one priming step, {warmup} warm-up step(s), then the median of "
         f"{repeats} timed step(s). Pipeline timer: {session.clock.name}.",
         "plain: `SP14Pipeline(instrumented=False)`, `step(upload_batch=False)`.",
-        "instrumented: the recorder on (every launch bound and recorded, host snapshots at "
-        "every checkpoint, both part of its cost); the trace is cleared after each step, "
+        "instrumented: the recorder on (every launch bound and recorded, a device-side copy of "
+        "every snapshot at every checkpoint, both part of its cost; the copies reach the host "
+        "only when an invariant reads them, outside the step); the trace is cleared after each "
+        "step, "
         "outside the timed region, so memory stays bounded.",
         "torch eager: the same network, losses and update in torch, ONE backward of the total "
         "loss (the pipeline backpropagates its two call sites separately), torch.optim.Adam "

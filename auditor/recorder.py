@@ -15,7 +15,7 @@ from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
 
 from .backends.base import Backend
 from .memory import AddressMap, Layout
-from .trace import Binding, Launch, Region, Trace
+from .trace import Binding, Launch, Region, Snapshot, Trace
 
 
 def gemm_operand_boxes(
@@ -48,10 +48,20 @@ class Recorder:
         self.instrumented = instrumented
         self.capture_inputs_of = capture_inputs_of
         self.step = 0
+        # Every step repeats the same launches with the same pointers: a binding is computed
+        # once per distinct (role, pointer, access, box) and shared (Binding is immutable).
+        self._bindings: dict[tuple, Binding] = {}
         self.trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
 
     # ---- binding ----
     def _bind(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
+        key = (role, ptr, access, box)
+        binding = self._bindings.get(key)
+        if binding is None:
+            binding = self._bindings[key] = self._resolve(role, ptr, access, box)
+        return binding
+
+    def _resolve(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
         rel, rows, width, ld = box
         where = self.amap.resolve(ptr)
         if where is None:
@@ -84,9 +94,7 @@ class Recorder:
 
     def _capture_inputs(self, label: str, bindings: tuple[Binding, ...]) -> None:
         buffers = sorted({b.region.buffer for b in bindings if b.reads and b.region})
-        self.trace.snapshots[(self.step, f"input:{label}")] = {
-            name: self.read(name) for name in buffers
-        }
+        self.trace.snapshots[(self.step, f"input:{label}")] = self._snapshot(buffers)
 
     # ---- launches ----
     def sgemm(
@@ -182,7 +190,11 @@ class Recorder:
         self.trace.launches.append(
             Launch(len(self.trace.launches), self.step, "checkpoint", name, name, dict(meta))
         )
-        self.trace.snapshots[(self.step, name)] = {b: self.read(b) for b in buffers}
+        self.trace.snapshots[(self.step, name)] = self._snapshot(buffers)
+
+    def _snapshot(self, buffers: list[str] | tuple[str, ...]) -> Snapshot:
+        copies = {b: self.backend.snapshot(self.amap.bases[b]) for b in buffers}
+        return Snapshot(copies, self.backend.to_host)
 
     def read(self, buffer: str) -> np.ndarray:
         """A host copy of one named buffer."""

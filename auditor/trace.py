@@ -8,7 +8,7 @@ the tensor its pointer resolved to, so "K matches LDA" becomes a comparison of t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -99,6 +99,32 @@ class Launch:
         return any(b.reads and b.region and b.region.buffer == buffer for b in self.bindings)
 
 
+class Snapshot(Mapping):
+    """The buffers copied at one checkpoint. The copies stay where the backend made them (on
+    the GPU: device memory, so a checkpoint costs a device-to-device copy, not a host round
+    trip) and reach the host only when an invariant reads them, once."""
+
+    def __init__(self, copies: dict[str, Any], to_host: Callable[[Any], np.ndarray]):
+        self._copies = copies
+        self._to_host = to_host
+        self._host: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, buffer: str) -> np.ndarray:
+        if buffer not in self._host:
+            self._host[buffer] = self._to_host(self._copies[buffer])
+        return self._host[buffer]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._copies)
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(c.nbytes) for c in self._copies.values())
+
+
 @dataclass
 class Trace:
     """One scenario's recording: its launches in order and its snapshots by checkpoint."""
@@ -108,8 +134,8 @@ class Trace:
     layout: dict[str, Any]
     meta: dict[str, Any] = field(default_factory=dict)
     launches: list[Launch] = field(default_factory=list)
-    # snapshots[(step, checkpoint)][buffer] -> host copy (float32 or int32)
-    snapshots: dict[tuple[int, str], dict[str, np.ndarray]] = field(default_factory=dict)
+    # snapshots[(step, checkpoint)][buffer] -> host copy (float32 or int32), made on first read
+    snapshots: dict[tuple[int, str], Mapping[str, np.ndarray]] = field(default_factory=dict)
 
     def sgemms(self) -> Iterator[Launch]:
         return (x for x in self.launches if x.kind == "sgemm")

@@ -22,6 +22,12 @@ class Backend(Protocol):
     def read(self, ptr: int) -> np.ndarray:
         """A host copy of the whole allocation at `ptr` (float32 or int32)."""
 
+    def snapshot(self, ptr: int) -> Any:
+        """A copy of the whole allocation at `ptr`, made now, kept wherever is cheapest."""
+
+    def to_host(self, copy: Any) -> np.ndarray:
+        """A snapshot copy as a host array."""
+
     def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
         """Host values into elements ptr, ptr + stride, ... (a device write the recorder logs)."""
 

@@ -156,6 +156,11 @@ class CpuBackend:
     def read(self, ptr: int) -> np.ndarray:
         return self._buffers[ptr].numpy().copy()
 
+    snapshot = read  # host memory is where the buffers live
+
+    def to_host(self, copy: np.ndarray) -> np.ndarray:
+        return copy
+
     def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
         buf, _ = self._locate(ptr)
         src = torch.from_numpy(np.ascontiguousarray(values).astype(buf.numpy().dtype).ravel())

@@ -137,6 +137,14 @@ class CudaBackend:
         self.synchronize()
         return cupy.asnumpy(self._buffers[ptr])
 
+    def snapshot(self, ptr: int) -> cupy.ndarray:
+        with self.stream:  # ordered after every launch so far, no host round trip
+            return self._buffers[ptr].copy()
+
+    def to_host(self, copy: cupy.ndarray) -> np.ndarray:
+        self.synchronize()
+        return cupy.asnumpy(copy)
+
     def _view(self, ptr: int, count: int, stride: int, dtype: type) -> cupy.ndarray:
         nbytes = ((count - 1) * stride + 1) * ELEMENT_BYTES
         mem = cupy.cuda.UnownedMemory(ptr, nbytes, self)
