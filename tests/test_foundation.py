@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from egf_audit.backends import select_backend
 from egf_audit.config import Config, ConfigError, config_from_mapping, load_config, preset_config
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernel_sources import check_source, load_kernel_set
@@ -15,11 +14,6 @@ from egf_audit.kernels import KERNELS, KERNELS_BY_NAME
 from egf_audit.memory import AddressMap, BufferSpec, Layout, Tensor, build_layout
 from egf_audit.pipeline import SP14Pipeline
 from egf_audit.recorder import Recorder
-
-
-@pytest.fixture(scope="module")
-def cpu_backend():
-    return select_backend("cpu", load_kernel_set())
 
 
 # ---- config ----

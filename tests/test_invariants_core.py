@@ -16,14 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from egf_audit.audit import Auditor, AuditRun
 from egf_audit.backends import select_backend
 from egf_audit.config import preset_config
 from egf_audit.faults import FAULTS, FAULTS_BY_NAME
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
 from egf_audit.invariants.egf005 import polyak_error_ulps
-from egf_audit.kernel_sources import load_kernel_set
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -291,28 +289,13 @@ def _matches(actual: Any, expected: Any, mode: str) -> bool:
 
 # ---- fixtures: kernels compiled once, one clean run, one run per fault ----
 @pytest.fixture(scope="module")
-def one_thread():
-    # Every GEMM is tiny: torch's thread pool costs far more than the arithmetic (on a small
-    # shared machine an audit runs ~100x slower with it). Restored for the other modules.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def backend(cpu_backend):
+    return cpu_backend  # the session's CPU build (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def kernel_set():
-    return load_kernel_set()
-
-
-@pytest.fixture(scope="module")
-def backend(kernel_set, one_thread):
-    return select_backend("cpu", kernel_set)
-
-
-@pytest.fixture(scope="module")
-def clean_run(backend) -> AuditRun:
-    return Auditor(CONFIG, backend).run()
+def clean_run(ci_audit_run) -> AuditRun:
+    return ci_audit_run  # the session's clean ci audit, read-only
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from egf_audit.audit import GATE_PROBES, Auditor, AuditRun
 from egf_audit.backends import select_backend
 from egf_audit.config import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES, preset_config
 from egf_audit.faults import FAULTS, FAULTS_BY_NAME
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, WARN
-from egf_audit.kernel_sources import load_kernel_set
 from egf_audit.memory import build_layout
 
 CODES = ("EGF007", "EGF008", "EGF009", "EGF011", "EGF012")
@@ -188,28 +186,13 @@ CATCHES = (
 
 # ---- fixtures: kernels compiled once, one clean run, one run per fault ----
 @pytest.fixture(scope="module")
-def one_thread():
-    # Every GEMM here is tiny: torch's intra-op thread pool costs far more than the arithmetic
-    # (an audit runs ~100x slower on a small shared machine). One run never mixes settings.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def backend(cpu_backend):
+    return cpu_backend  # the session's CPU build (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def kernel_set():
-    return load_kernel_set()
-
-
-@pytest.fixture(scope="module")
-def backend(kernel_set, one_thread):
-    return select_backend("cpu", kernel_set)
-
-
-@pytest.fixture(scope="module")
-def clean_run(backend) -> AuditRun:
-    return Auditor(preset_config("ci"), backend).run()
+def clean_run(ci_audit_run) -> AuditRun:
+    return ci_audit_run  # the session's clean ci audit, read-only
 
 
 @pytest.fixture(scope="module")

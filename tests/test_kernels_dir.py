@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 from egf_audit.cli import app
 from egf_audit.kernels import KERNELS
 from typer.testing import CliRunner, Result
@@ -129,16 +128,11 @@ ENVIRONMENT = (
 @pytest.fixture(scope="module", autouse=True)
 def _fast_cpu_audits(tmp_path_factory):
     """Compiled kernels are cached by source hash: keep this module's cache out of $HOME unless
-    the caller chose one (CI may persist it). And one torch thread: ci-sized GEMMs gain nothing
-    from intra-op threads, and on a busy 2-core runner spinning OpenMP workers make every tiny
-    torch.mm tens of times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    the caller chose one (CI may persist it)."""
     with pytest.MonkeyPatch.context() as mp:
         if not os.environ.get("EGF_AUDIT_CACHE"):
             mp.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
         yield
-    torch.set_num_threads(threads)
 
 
 def kernels_dir(root: Path, *sources: tuple[Path, str]) -> Path:

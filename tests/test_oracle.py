@@ -13,12 +13,10 @@ import pytest
 import torch
 from egf_audit import oracle, oracle_model
 from egf_audit.audit import Auditor, AuditRun
-from egf_audit.backends import select_backend
 from egf_audit.config import Config, preset_config
 from egf_audit.faults import FAULTS_BY_NAME
 from egf_audit.invariants.egf010 import INVARIANT as EGF010
 from egf_audit.invariants.egf010 import MAX_LISTED, _number
-from egf_audit.kernel_sources import load_kernel_set
 from egf_audit.memory import param_shapes
 from egf_audit.oracle import compare_step
 from egf_audit.pipeline import MODES, Probes, SP14Pipeline
@@ -34,24 +32,14 @@ PARAM_NAMES = [name for name, _, _ in param_shapes(CI.dims)]
 PER_PARAM_KINDS = ("grad", "param", "adam_m", "adam_v", "target")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The shapes here are tiny: intra-op threads only add overhead (and stall badly on a busy
-    machine). Restored after the module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+@pytest.fixture(scope="module")
+def backend(cpu_backend):
+    return cpu_backend  # the session's CPU build (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def backend():
-    return select_backend("cpu", load_kernel_set())
-
-
-@pytest.fixture(scope="module")
-def clean_run(backend) -> AuditRun:
-    return Auditor(CI, backend).run()
+def clean_run(ci_audit_run) -> AuditRun:
+    return ci_audit_run  # the session's clean ci audit, read-only
 
 
 def recorded_steps(config: Config, backend, mode: str, steps: int = 2, alpha=None):

@@ -7,11 +7,9 @@ import dataclasses
 
 import pytest
 from egf_audit.audit import Auditor
-from egf_audit.backends import select_backend
 from egf_audit.config import Config, preset_config
 from egf_audit.faults import FAULTS_BY_NAME
 from egf_audit.invariants import FAIL, evaluate
-from egf_audit.kernel_sources import load_kernel_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,8 +18,8 @@ EXAMPLES = 200
 
 
 @pytest.fixture(scope="module")
-def backend():
-    return select_backend("cpu", load_kernel_set())
+def backend(cpu_backend):
+    return cpu_backend
 
 
 widths = st.integers(min_value=1, max_value=13)

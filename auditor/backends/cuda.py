@@ -169,27 +169,7 @@ class CudaBackend:
     # ---- compute ----
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         self._alpha[0], self._beta[0] = alpha, beta
-        if self._raw_sgemm is not None:
-            status = self._raw_sgemm(
-                self.handle,
-                _OPS[transa],
-                _OPS[transb],
-                m,
-                n,
-                k,
-                self._alpha.ctypes.data,
-                a,
-                lda,
-                b,
-                ldb,
-                self._beta.ctypes.data,
-                c,
-                ldc,
-            )
-            if status != 0:
-                raise AuditEnvironmentError(f"cublasSgemm_v2 failed with status {status}")
-            return
-        cublas.sgemm(
+        args = (
             self.handle,
             _OPS[transa],
             _OPS[transb],
@@ -205,6 +185,12 @@ class CudaBackend:
             c,
             ldc,
         )
+        if self._raw_sgemm is None:
+            cublas.sgemm(*args)
+            return
+        status = self._raw_sgemm(*args)  # the capture-safe path (prepare_capture)
+        if status != 0:
+            raise AuditEnvironmentError(f"cublasSgemm_v2 failed with status {status}")
 
     def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
         packed = tuple(
