@@ -329,7 +329,12 @@ def mutants(
     for problem in problems:
         stderr.print(Text(f"egf-audit: {problem}"), soft_wrap=True)
     if not quiet and not problems:
-        stdout.print(Text(f"every one of {len(result.faults)} faults was caught"), soft_wrap=True)
+        ran = [f for f in result.faults if f.applicable]
+        line = f"every one of {len(ran)} faults was caught"
+        skipped = [f.name for f in result.faults if not f.applicable]
+        if skipped:
+            line += f"; not applicable to these kernel sources: {', '.join(skipped)}"
+        stdout.print(Text(line), soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
 
 
