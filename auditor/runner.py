@@ -218,6 +218,10 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     )
     document = render_document(report)
     outcome = RunOutcome(report, document, exit_code=0 if report.ok else 1)
+    for name in kernels.ignored:
+        outcome.notes.append(
+            f"--kernels {Path(req.kernels_dir).as_posix()}: ignored {name}: no kernel of that name"
+        )
     if witness is not None and not witness.ok:
         outcome.exit_code = 1
 

@@ -209,6 +209,8 @@ def test_a_whole_trainer_folder_is_audited_and_listed_in_the_document(tmp_path):
     )
     result = audit(folder, tmp_path, "--json", tmp_path / "audit.json")
     assert result.exit_code == 0, result.output
+    assert "warning: --kernels" in result.stderr
+    assert "ignored fused_layernorm_kernel.cu" in result.stderr
 
     data = json.loads((tmp_path / "audit.json").read_text())
     assert data["kernels_ignored"] == ["fused_layernorm_kernel.cu"]
