@@ -22,7 +22,7 @@ def gemm_xwt(
     ld_y: int,
     beta: float = 0.0,
 ) -> None:
-    """y[rows, out_w] = x[rows, :k] . w[out_w, :k]^T  (cuBLAS: C = op(W)=W^T... as T, N)."""
+    """y[rows, out_w] = x[rows, :k] . w[out_w, :k]^T  (cuBLAS: T, N; m = out_w, n = rows)."""
     rec.sgemm(label, "T", "N", out_w, rows, k, 1.0, w, ld_w, x, ld_x, beta, y, ld_y)
 
 
