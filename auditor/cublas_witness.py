@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,35 @@ _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")
 
 
+CHILD_MARKER = "EGF_AUDIT_CUBLAS_LOG"  # set when the logger was switched on at process start
+LOG_PREFIX = "egf-audit-cublas-"
+
+
 def enable(log_file: str | Path) -> None:
-    """Ask cuBLAS to log every API call (with its arguments) to `log_file`."""
+    """Ask cuBLAS to log every API call (with its arguments) to `log_file`. Takes effect only
+    if cuBLAS is not loaded yet in this process."""
     os.environ["CUBLAS_LOGINFO_DBG"] = "1"
     os.environ["CUBLAS_LOGDEST_DBG"] = str(log_file)
+
+
+def logger_environment() -> dict[str, str]:
+    """The environment for a process whose cuBLAS logs every call to a fresh temporary file."""
+    log = Path(tempfile.mkdtemp(prefix=LOG_PREFIX)) / "cublas_api.log"
+    return {
+        **os.environ,
+        "CUBLAS_LOGINFO_DBG": "1",
+        "CUBLAS_LOGDEST_DBG": str(log),
+        CHILD_MARKER: str(log),
+    }
+
+
+def cublas_loaded() -> bool:
+    """Whether this process has loaded libcublas already (after which its logger is fixed)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(re.search(r"/libcublas\.so[.\d]*$", line.strip()) for line in maps)
+    except OSError:
+        return False
 
 
 def _value(raw: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import shlex
 import shutil
@@ -240,10 +241,19 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
 
 
 def _start_witness(req: RunRequest) -> Path:
-    """Switch cuBLAS's API logger on before the CUDA backend loads cuBLAS."""
+    """The log file cuBLAS's API logger writes. The `egf-audit` command switches the logger on
+    at process start (auditor/entry.py); called in a process that has loaded cuBLAS already,
+    the logger could no longer be switched on, and that is said rather than a silent miss."""
     if req.device == "cpu":
         raise UsageError("--cublas-log needs --device cuda or auto: the CPU backend has no cuBLAS")
-    log = Path(tempfile.mkdtemp(prefix="egf-audit-cublas-")) / "cublas_api.log"
+    if os.environ.get(cublas_witness.CHILD_MARKER):
+        return Path(os.environ[cublas_witness.CHILD_MARKER])
+    if cublas_witness.cublas_loaded():
+        raise AuditEnvironmentError(
+            "--cublas-log: cuBLAS is already loaded in this process, so its logger can no longer "
+            "be switched on; run `egf-audit run --cublas-log` as a command of its own"
+        )
+    log = Path(tempfile.mkdtemp(prefix=cublas_witness.LOG_PREFIX)) / "cublas_api.log"
     cublas_witness.enable(log)
     return log
 
@@ -257,7 +267,8 @@ def _finish_witness(log: Path, backend: Backend, run: AuditRun) -> cublas_witnes
     except OSError as exc:
         raise AuditEnvironmentError(f"--cublas-log: cuBLAS wrote no log ({exc})") from None
     finally:
-        shutil.rmtree(log.parent, ignore_errors=True)
+        if log.parent.name.startswith(cublas_witness.LOG_PREFIX):
+            shutil.rmtree(log.parent, ignore_errors=True)
     launches = [x for trace in run.traces.values() for x in trace.launches]
     return cublas_witness.match(cublas_witness.parse_log(text), launches)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from egf_audit.cublas_witness import match, parse_log
 from egf_audit.trace import Launch
 
@@ -90,3 +92,32 @@ def test_cublas_log_on_the_cpu_backend_is_a_usage_error(tmp_path):
     assert "--cublas-log needs --device cuda" in result.stderr
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_the_command_restarts_with_the_logger_switched_on(tmp_path):
+    """`egf-audit run --cublas-log` starts itself again with cuBLAS's logger variables set (the
+    marker reaches the command); without a GPU that command then ends with exit 3."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBLAS_", "EGF_AUDIT_CUB"))}
+    cmd = [
+        sys.executable,
+        "-m",
+        "egf_audit",
+        "run",
+        "--device",
+        "auto",
+        "--cublas-log",
+        "--quiet",
+        "--out",
+        str(tmp_path / "audit.md"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    usable_gpu = "needs the CUDA backend" not in proc.stderr
+    if usable_gpu:
+        pytest.skip("a usable GPU: tests/test_gpu.py covers the witness there")
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "audit.md").exists()
