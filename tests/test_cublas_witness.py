@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from egf_audit.cublas_witness import match, parse_log
 from egf_audit.trace import Launch
 
