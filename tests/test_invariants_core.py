@@ -1,4 +1,4 @@
-"""The core wiring invariants EGF001-EGF006 on the CPU backend.
+"""The core wiring invariants EGF001-EGF006 on the CPU cpu_backend.
 
 Each holds on the clean pipeline in both modes; each fails on the faults it exists for, with the
 deciding fact named in its evidence; the whole fault catalogue gives exactly the kill pattern
@@ -289,23 +289,15 @@ def _matches(actual: Any, expected: Any, mode: str) -> bool:
 
 # ---- fixtures: kernels compiled once, one clean run, one run per fault ----
 @pytest.fixture(scope="module")
-def backend(cpu_backend):
-    return cpu_backend  # the session's CPU build (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def clean_run(ci_audit_run) -> AuditRun:
-    return ci_audit_run  # the session's clean ci audit, read-only
-
-
-@pytest.fixture(scope="module")
-def fault_run(kernel_set, backend):
+def fault_run(kernel_set, cpu_backend):
     # One run kept at a time (a run with its snapshots is tens of MB); the fault tests below
     # are ordered so that the tests of one fault follow each other.
     @functools.lru_cache(maxsize=1)
     def run(name: str) -> AuditRun:
         fault = FAULTS_BY_NAME[name]
-        faulty = select_backend("cpu", fault.apply_kernels(kernel_set)) if fault.patch else backend
+        faulty = (
+            select_backend("cpu", fault.apply_kernels(kernel_set)) if fault.patch else cpu_backend
+        )
         return Auditor(CONFIG, faulty, fault.apply_wiring()).run()
 
     return run
@@ -322,13 +314,13 @@ def _verdict(run: AuditRun, code: str, mode: str) -> Verdict:
 # ---- the clean pipeline ----
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("code", CODES)
-def test_holds_on_the_clean_pipeline(clean_run, code, mode):
-    verdict = _verdict(clean_run, code, mode)
+def test_holds_on_the_clean_pipeline(ci_audit_run, code, mode):
+    verdict = _verdict(ci_audit_run, code, mode)
     assert verdict.status == PASS, (verdict.summary, verdict.evidence)
 
 
-def test_clean_verdicts_count_what_they_checked(clean_run):
-    ev = {code: _verdict(clean_run, code, "sentinel").evidence for code in CODES}
+def test_clean_verdicts_count_what_they_checked(ci_audit_run):
+    ev = {code: _verdict(ci_audit_run, code, "sentinel").evidence for code in CODES}
     # 2 production steps + 4 replays of step 0, at both call sites
     assert ev["EGF006"]["launches_checked"] == (2 + 4) * 2
     assert ev["EGF005"]["steps_checked"] == 2 + 4
@@ -348,11 +340,13 @@ def test_clean_verdicts_count_what_they_checked(clean_run):
     assert ev["EGF001"]["sgemms_checked"] > 0
 
 
-def test_egf001_ignores_the_diagnostic_wrapper_call(clean_run):
+def test_egf001_ignores_the_diagnostic_wrapper_call(ci_audit_run):
     # the audit itself calls the legacy wrapper (K = SH2) in diagnostic/wrapper: not a finding
-    wrapper = clean_run.traces["diagnostic/wrapper"]
+    wrapper = ci_audit_run.traces["diagnostic/wrapper"]
     assert any(x.label.startswith("backward_full_wrapper:") for x in wrapper.sgemms())
-    assert "diagnostic/wrapper" not in _verdict(clean_run, "EGF001", "sentinel").evidence["traces"]
+    assert (
+        "diagnostic/wrapper" not in _verdict(ci_audit_run, "EGF001", "sentinel").evidence["traces"]
+    )
 
 
 # ---- the faults ----
@@ -408,17 +402,17 @@ NEEDED = {
     ("code", "checkpoint"),
     [(code, checkpoint) for code, names in NEEDED.items() for checkpoint in names],
 )
-def test_a_missing_snapshot_fails_naming_it(clean_run, code, checkpoint):
-    verdict = _verdict(_damaged(clean_run, _without_checkpoint(checkpoint)), code, "sentinel")
+def test_a_missing_snapshot_fails_naming_it(ci_audit_run, code, checkpoint):
+    verdict = _verdict(_damaged(ci_audit_run, _without_checkpoint(checkpoint)), code, "sentinel")
     assert verdict.status == FAIL
     assert any(checkpoint in m for m in verdict.evidence["missing"]), verdict.evidence
 
 
 @pytest.mark.parametrize("code", CODES)
-def test_no_check_raises_on_any_lost_checkpoint(clean_run, code):
-    names = sorted({key[1] for trace in clean_run.traces.values() for key in trace.snapshots})
+def test_no_check_raises_on_any_lost_checkpoint(ci_audit_run, code):
+    names = sorted({key[1] for trace in ci_audit_run.traces.values() for key in trace.snapshots})
     for name in names:
-        _verdict(_damaged(clean_run, _without_checkpoint(name)), code, "sentinel")
+        _verdict(_damaged(ci_audit_run, _without_checkpoint(name)), code, "sentinel")
 
 
 def _without_launches(trace):
@@ -430,21 +424,21 @@ def _without_snapshots(trace):
 
 
 @pytest.mark.parametrize("code", CODES)
-def test_launches_and_snapshots_all_lost(clean_run, code):
-    without_snapshots = _verdict(_damaged(clean_run, _without_snapshots), code, "live")
+def test_launches_and_snapshots_all_lost(ci_audit_run, code):
+    without_snapshots = _verdict(_damaged(ci_audit_run, _without_snapshots), code, "live")
     # EGF001 is proved from launches alone; every other check needs snapshots
     assert without_snapshots.status == (PASS if code == "EGF001" else FAIL)
-    without_launches = _verdict(_damaged(clean_run, _without_launches), code, "live")
+    without_launches = _verdict(_damaged(ci_audit_run, _without_launches), code, "live")
     # EGF002 is proved from snapshots alone (step 0 of every run); the others need launches
     assert without_launches.status == (PASS if code == "EGF002" else FAIL)
 
 
 @pytest.mark.parametrize("code", CODES)
-def test_a_mode_without_traces_fails(clean_run, code):
+def test_a_mode_without_traces_fails(ci_audit_run, code):
     sentinel_only = dataclasses.replace(
-        clean_run,
+        ci_audit_run,
         modes=("sentinel",),
-        scenarios={k: s for k, s in clean_run.scenarios.items() if s.mode != "live"},
+        scenarios={k: s for k, s in ci_audit_run.scenarios.items() if s.mode != "live"},
     )
     assert _verdict(sentinel_only, code, "live").status == FAIL
 

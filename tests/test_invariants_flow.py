@@ -1,4 +1,4 @@
-"""The data-flow invariants EGF007, EGF008, EGF009, EGF011 and EGF012 on the CPU backend.
+"""The data-flow invariants EGF007, EGF008, EGF009, EGF011 and EGF012 on the CPU cpu_backend.
 
 Each holds on the clean pipeline in both modes (EGF011 warns, with the residual measured), and
 fails on the faults it exists for, with the deciding failure named in its evidence. A check
@@ -186,24 +186,16 @@ CATCHES = (
 
 # ---- fixtures: kernels compiled once, one clean run, one run per fault ----
 @pytest.fixture(scope="module")
-def backend(cpu_backend):
-    return cpu_backend  # the session's CPU build (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def clean_run(ci_audit_run) -> AuditRun:
-    return ci_audit_run  # the session's clean ci audit, read-only
-
-
-@pytest.fixture(scope="module")
-def fault_run(kernel_set, backend):
+def fault_run(kernel_set, cpu_backend):
     runs: dict[str, AuditRun] = {}
 
     def run(name: str) -> AuditRun:
         if name not in runs:
             fault = FAULTS_BY_NAME[name]
             faulty = (
-                select_backend("cpu", fault.apply_kernels(kernel_set)) if fault.patch else backend
+                select_backend("cpu", fault.apply_kernels(kernel_set))
+                if fault.patch
+                else cpu_backend
             )
             runs[name] = Auditor(preset_config("ci"), faulty, fault.apply_wiring()).run()
         return runs[name]
@@ -217,7 +209,7 @@ def verdict(run: AuditRun, code: str, mode: str):
 
 def assert_well_formed(v) -> None:
     """Strict JSON evidence, and a summary that holds no measured float (it is printed outside
-    the document's environment block, so it must read the same on every backend)."""
+    the document's environment block, so it must read the same on every cpu_backend)."""
     json.dumps(v.evidence, allow_nan=False)
     assert "\n" not in v.summary
     measured = re.compile(r"\d\.\d|\de-\d")
@@ -232,8 +224,8 @@ def matching(failures: list[dict], expected: dict, mode: str) -> list[dict]:
 # ---- the clean pipeline ----
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("code", CODES)
-def test_clean_run_holds(clean_run, code, mode):
-    v = verdict(clean_run, code, mode)
+def test_clean_run_holds(ci_audit_run, code, mode):
+    v = verdict(ci_audit_run, code, mode)
     assert v.status == (WARN if code == "EGF011" else PASS), v.summary
     assert v.evidence["failures"] == []
     assert v.evidence["failures_total"] == 0
@@ -241,15 +233,15 @@ def test_clean_run_holds(clean_run, code, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_egf007_recomputes_every_site_step(clean_run, mode):
-    ev = verdict(clean_run, "EGF007", mode).evidence
+def test_egf007_recomputes_every_site_step(ci_audit_run, mode):
+    ev = verdict(ci_audit_run, "EGF007", mode).evidence
     assert ev["accumulate_launches"] == STEPS * 2 * len(BRANCHES)
     assert 0 < ev["max_err_over_bound"] < 1  # a real comparison, inside the proved bound
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_egf008_names_the_gating_launch_of_every_site_step(clean_run, mode):
-    ev = verdict(clean_run, "EGF008", mode).evidence
+def test_egf008_names_the_gating_launch_of_every_site_step(ci_audit_run, mode):
+    ev = verdict(ci_audit_run, "EGF008", mode).evidence
     assert ev["gated"] == [
         {"step": step, "site": site, "scale": f"sp14_scale_wire_col@{site}"}
         for step in range(STEPS)
@@ -258,8 +250,8 @@ def test_egf008_names_the_gating_launch_of_every_site_step(clean_run, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_egf011_warns_with_the_measured_residual(clean_run, mode):
-    v = verdict(clean_run, "EGF011", mode)
+def test_egf011_warns_with_the_measured_residual(ci_audit_run, mode):
+    v = verdict(ci_audit_run, "EGF011", mode)
     assert v.status == WARN
     ev = v.evidence
     assert ev["dw_label"] == "backward_full_wrapper:backward_branch_dw[d=0]@wrapper"
@@ -271,8 +263,8 @@ def test_egf011_warns_with_the_measured_residual(clean_run, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_egf012_reports_every_gate_probe(clean_run, mode):
-    ev = verdict(clean_run, "EGF012", mode).evidence
+def test_egf012_reports_every_gate_probe(ci_audit_run, mode):
+    ev = verdict(ci_audit_run, "EGF012", mode).evidence
     assert ev["alpha_at_start"] == 0.0
     assert len(ev["alpha_after_losses"]) == STEPS
     assert list(ev["probes"]) == [name for name, _, _ in GATE_PROBES]
@@ -342,8 +334,8 @@ def _stripped(run: AuditRun) -> AuditRun:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("code", CODES)
-def test_missing_data_fails_with_evidence(clean_run, code, mode):
-    for run in (_stripped(clean_run), AuditRun(clean_run.config, clean_run.modes, STEPS)):
+def test_missing_data_fails_with_evidence(ci_audit_run, code, mode):
+    for run in (_stripped(ci_audit_run), AuditRun(ci_audit_run.config, ci_audit_run.modes, STEPS)):
         v = verdict(run, code, mode)
         assert v.status == FAIL
         assert v.evidence["missing"]

@@ -1,4 +1,4 @@
-"""EGF010: the float64 oracle against the pipeline on the CPU backend."""
+"""EGF010: the float64 oracle against the pipeline on the CPU cpu_backend."""
 
 from __future__ import annotations
 
@@ -32,18 +32,8 @@ PARAM_NAMES = [name for name, _, _ in param_shapes(CI.dims)]
 PER_PARAM_KINDS = ("grad", "param", "adam_m", "adam_v", "target")
 
 
-@pytest.fixture(scope="module")
-def backend(cpu_backend):
-    return cpu_backend  # the session's CPU build (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def clean_run(ci_audit_run) -> AuditRun:
-    return ci_audit_run  # the session's clean ci audit, read-only
-
-
-def recorded_steps(config: Config, backend, mode: str, steps: int = 2, alpha=None):
-    pipe = SP14Pipeline(config, backend)
+def recorded_steps(config: Config, cpu_backend, mode: str, steps: int = 2, alpha=None):
+    pipe = SP14Pipeline(config, cpu_backend)
     pipe.initialize()
     for _ in range(steps):
         pipe.step(mode, Probes(force_alpha=alpha))
@@ -69,9 +59,9 @@ def failing_rows(verdict) -> set[str]:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_every_gradient_and_update_agree(backend, shape, mode):
+def test_every_gradient_and_update_agree(cpu_backend, shape, mode):
     config = Config("ci", 0, SHAPES[shape])
-    trace = recorded_steps(config, backend, mode)
+    trace = recorded_steps(config, cpu_backend, mode)
     assert oracle.step_indices(trace) == [0, 1]
     for step in (0, 1):  # step 1 starts from non-zero Adam state and a moved target
         report = compare_step(trace, step, config)
@@ -89,12 +79,12 @@ def test_every_gradient_and_update_agree(backend, shape, mode):
         assert report.ok
 
 
-def test_gated_wire_gradient_reaches_the_aux_head(backend):
+def test_gated_wire_gradient_reaches_the_aux_head(cpu_backend):
     """With alpha = 1 the wire adds to the aux head's gradient, with alpha = 0 it adds nothing;
     the oracle follows the pipeline in both, so the gated path is really compared."""
     aux_grads = {}
     for alpha in (0.0, 1.0):
-        trace = recorded_steps(CI, backend, "sentinel", steps=1, alpha=alpha)
+        trace = recorded_steps(CI, cpu_backend, "sentinel", steps=1, alpha=alpha)
         report = compare_step(trace, 0, CI)
         assert report.ok, report.failing_tensors
         grad = trace.snapshots[(0, "after_backward")]["grad_buf"]
@@ -103,8 +93,8 @@ def test_gated_wire_gradient_reaches_the_aux_head(backend):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_egf010_passes_on_the_clean_pipeline(clean_run, mode):
-    verdict = EGF010.check(clean_run, mode)
+def test_egf010_passes_on_the_clean_pipeline(ci_audit_run, mode):
+    verdict = EGF010.check(ci_audit_run, mode)
     assert verdict.status == "pass", verdict.summary
     assert set(verdict.evidence["steps"]) == {
         f"{mode} step 0",
@@ -134,9 +124,9 @@ FAULT_FAILURES = {
 
 
 @pytest.mark.parametrize("fault", list(FAULT_FAILURES))
-def test_egf010_fails_on_fault(backend, fault):
+def test_egf010_fails_on_fault(cpu_backend, fault):
     wiring = FAULTS_BY_NAME[fault].apply_wiring()
-    run = Auditor(CI, backend, wiring, steps=1).run(modes=("sentinel",))
+    run = Auditor(CI, cpu_backend, wiring, steps=1).run(modes=("sentinel",))
     verdict = EGF010.check(run, "sentinel")
     assert verdict.failed
     assert failing_rows(verdict) == FAULT_FAILURES[fault]
@@ -144,12 +134,12 @@ def test_egf010_fails_on_fault(backend, fault):
         assert row in verdict.summary
 
 
-def test_egf010_names_the_first_wrong_decision_of_a_forward_fault(backend):
+def test_egf010_names_the_first_wrong_decision_of_a_forward_fault(cpu_backend):
     """fwd-k-sh2 drops the wire column from the d = 0 forward SGEMM: b0_hid of both nets is
     the first layer whose fp32 value leaves its band; the layers below see correct inputs and
     the TD argmax is taken on the Q' the pipeline really computed."""
     wiring = FAULTS_BY_NAME["fwd-k-sh2"].apply_wiring()
-    run = Auditor(CI, backend, wiring, steps=1).run(modes=("sentinel",))
+    run = Auditor(CI, cpu_backend, wiring, steps=1).run(modes=("sentinel",))
     verdict = EGF010.check(run, "sentinel")
     assert verdict.failed
     layers = {
@@ -163,9 +153,9 @@ def test_egf010_names_the_first_wrong_decision_of_a_forward_fault(backend):
     )
 
 
-def test_egf010_fails_cleanly_on_adam_state_of_the_old_shape(backend):
+def test_egf010_fails_cleanly_on_adam_state_of_the_old_shape(cpu_backend):
     wiring = FAULTS_BY_NAME["adam-state-sh2"].apply_wiring()
-    run = Auditor(CI, backend, wiring, steps=1).run(modes=("sentinel",))
+    run = Auditor(CI, cpu_backend, wiring, steps=1).run(modes=("sentinel",))
     verdict = EGF010.check(run, "sentinel")
     assert verdict.failed
     required = {"adam_m w_b0fc", "adam_v w_b0fc", "param w_b0fc"}
@@ -205,8 +195,8 @@ def test_argmax_decisions_exempt_only_near_ties():
     )
 
 
-def test_a_flipped_mask_far_from_the_kink_fails(clean_run):
-    trace = copy.copy(clean_run.production("sentinel"))
+def test_a_flipped_mask_far_from_the_kink_fails(ci_audit_run):
+    trace = copy.copy(ci_audit_run.production("sentinel"))
     trace.snapshots = dict(trace.snapshots)
     forward = dict(trace.snapshots[(0, "after_forward")])
     h_s1 = forward["save_h_s1"].copy()
@@ -260,15 +250,15 @@ def test_wire_gate_scales_the_gradient_and_closes_exactly_at_zero():
 # ---- missing data never raises ----
 
 
-def test_missing_snapshot_is_a_clean_failure(clean_run):
-    trace = copy.copy(clean_run.production("sentinel"))
+def test_missing_snapshot_is_a_clean_failure(ci_audit_run):
+    trace = copy.copy(ci_audit_run.production("sentinel"))
     trace.snapshots = {k: v for k, v in trace.snapshots.items() if k != (0, "after_backward")}
     report = compare_step(trace, 0, CI)
     assert not report.ok
     assert report.problems == [
         "no snapshot of grad_buf.w_s1 at after_backward (step 0) in sentinel"
     ]
-    run = dataclasses.replace(clean_run, traces={**clean_run.traces, "sentinel": trace})
+    run = dataclasses.replace(ci_audit_run, traces={**ci_audit_run.traces, "sentinel": trace})
     verdict = EGF010.check(run, "sentinel")
     assert verdict.failed
     assert verdict.evidence["steps"]["sentinel step 0"]["problems"] == report.problems
