@@ -112,9 +112,6 @@ class Layout:
         except KeyError:
             raise KeyError(f"no buffer named {name}") from None
 
-    def names(self) -> list[str]:
-        return [b.name for b in self.buffers]
-
     def as_dict(self) -> dict:
         return {
             b.name: {

@@ -30,23 +30,10 @@ class Region:
             return self.offset
         return self.offset + (self.rows - 1) * self.ld + self.width
 
-    def columns(self, tensor_cols: int) -> tuple[int, int]:
-        """(first column, one past last column) of the box when the tensor has row stride
-        `tensor_cols`; only meaningful when ld == tensor_cols."""
-        first = self.offset % tensor_cols if tensor_cols else 0
-        return first, first + self.width
-
     def flat_indices(self) -> np.ndarray:
         rows = np.arange(self.rows, dtype=np.int64)[:, None] * self.ld
         cols = np.arange(self.width, dtype=np.int64)[None, :]
         return (self.offset + rows + cols).ravel()
-
-    def overlaps(self, other: Region) -> bool:
-        if self.buffer != other.buffer:
-            return False
-        if self.last <= other.offset or other.last <= self.offset:
-            return False
-        return bool(np.intersect1d(self.flat_indices(), other.flat_indices()).size)
 
 
 @dataclass(frozen=True)
@@ -94,9 +81,6 @@ class Launch:
 
     def writes_to(self, buffer: str) -> bool:
         return any(b.writes and b.region and b.region.buffer == buffer for b in self.bindings)
-
-    def reads_from(self, buffer: str) -> bool:
-        return any(b.reads and b.region and b.region.buffer == buffer for b in self.bindings)
 
 
 class Snapshot(Mapping):
