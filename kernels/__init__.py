@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -40,6 +41,11 @@ class KernelSpec:
     @property
     def pointer_params(self) -> list[str]:
         return [n for n, t in self.params if t.endswith("*")]
+
+    @cached_property
+    def layout_params(self) -> tuple[str, ...]:
+        """The parameters a launch's accessed regions can depend on: pointers and integers."""
+        return tuple(n for n, t in self.params if t != "float")
 
 
 def _row(n: str) -> Callable[[dict], Box]:

@@ -40,6 +40,32 @@ def test_cublas_with_k_one_short_silently_drops_the_last_column(cuda):
         cuda.free(ptr)
 
 
+def test_a_checkpoint_copies_every_buffer_bitwise_at_that_moment(cuda):
+    """Snapshots share one device allocation per checkpoint; odd sizes test the alignment."""
+    specs = [
+        BufferSpec("f", "f32", (Tensor("f", 0, 3, 7),)),
+        BufferSpec("i", "i32", (Tensor("i", 0, 1, 5),)),
+        BufferSpec("g", "f32", (Tensor("g", 0, 1, 1),)),
+    ]
+    ptrs = [cuda.alloc(s) for s in specs]
+    rng = np.random.default_rng(0)
+    values = [
+        rng.standard_normal(21).astype(np.float32),
+        np.array([-7, 0, 1, 2**31 - 1, -(2**31)], np.int32),
+        np.array([-0.0], np.float32),
+    ]
+    for ptr, v in zip(ptrs, values, strict=True):
+        cuda.upload(ptr, v)
+    copies = cuda.snapshot(ptrs)
+    for ptr in ptrs:
+        cuda.memset_zero(ptr, 1)  # later writes must not reach the snapshot
+    for copy, v in zip(copies, values, strict=True):
+        host = cuda.to_host(copy)
+        assert host.dtype == v.dtype and host.tobytes() == v.tobytes()
+    for ptr in ptrs:
+        cuda.free(ptr)
+
+
 @pytest.mark.parametrize("preset", ["ci", "prod"])
 def test_clean_audit_holds_on_the_gpu(cuda, preset):
     results = evaluate(Auditor(preset_config(preset), cuda).run())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,8 +23,8 @@ class Backend(Protocol):
     def read(self, ptr: int) -> np.ndarray:
         """A host copy of the whole allocation at `ptr` (float32 or int32)."""
 
-    def snapshot(self, ptr: int) -> Any:
-        """A copy of the whole allocation at `ptr`, made now, kept wherever is cheapest."""
+    def snapshot(self, ptrs: Sequence[int]) -> list[Any]:
+        """Copies of the whole allocations at `ptrs`, made now, kept wherever is cheapest."""
 
     def to_host(self, copy: Any) -> np.ndarray:
         """A snapshot copy as a host array."""

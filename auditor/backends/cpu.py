@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -156,7 +157,8 @@ class CpuBackend:
     def read(self, ptr: int) -> np.ndarray:
         return self._buffers[ptr].numpy().copy()
 
-    snapshot = read  # host memory is where the buffers live
+    def snapshot(self, ptrs: Sequence[int]) -> list[np.ndarray]:
+        return [self.read(p) for p in ptrs]  # host memory is where the buffers live
 
     def to_host(self, copy: np.ndarray) -> np.ndarray:
         return copy
