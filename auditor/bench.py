@@ -31,7 +31,7 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__
+from . import __version__, bench_profile
 from .backends import select_backend
 from .backends.base import Backend
 from .bench_report import (
@@ -427,14 +427,18 @@ def run_bench(
     log: Callable[[str], None] = lambda _: None,
     reference: tuple[int, int, int] | None = None,
     widths: str = "prod",
+    profile: bool = False,
 ) -> BenchReport:
     """Every measurement, in one session. `reference` overrides the (n, warm-up, repeats) of the
-    reference SGEMM and `widths` the preset whose widths are used (tests use small ones)."""
+    reference SGEMM and `widths` the preset whose widths are used (tests use small ones).
+    `profile` adds the per-kernel GPU time of the plain step, after every timed figure, so the
+    profiler cannot perturb them."""
     with bench_session(backend) as session:
         n, ref_warmup, ref_repeats = reference or SGEMM_REFERENCE[backend.name]
         sgemm = measure_sgemm(session, n, ref_warmup, ref_repeats)
         log(f"reference SGEMM {n}³: {sgemm.tflops:.2f} TFLOP/s")
         rows = [measure_row(session, config_for(b, widths), warmup, repeats, log) for b in sizes]
+        profiles = [profile_row(session, config_for(b, widths), log) for b in sizes if profile]
         env = environment(session)
         return BenchReport(
             device=backend.name,
@@ -446,7 +450,21 @@ def run_bench(
             environment=env,
             sgemm=sgemm,
             rows=rows,
+            profiles=profiles,
         )
+
+
+def profile_row(session: Session, config: Config, log: Callable[[str], None]) -> Any:
+    pipe = SP14Pipeline(config, session.backend, instrumented=False, scenario="bench")
+    try:
+        pipe.initialize()
+        result = bench_profile.profile_plain_step(session, pipe, MODE)
+    finally:
+        pipe.release()
+    session.free_caches()
+    shown = getattr(result, "reason", None) or f"{result.busy_ms:.3f} ms GPU busy"
+    log(f"B={config.dims.B}: profile {shown}")
+    return result
 
 
 def bench_command(
@@ -457,6 +475,7 @@ def bench_command(
     json_out: str | os.PathLike | None = None,
     markdown_out: str | os.PathLike | None = None,
     kernels_dir: str | os.PathLike | None = None,
+    profile: bool = False,
 ) -> int:
     """Run the benchmark, print the table to stdout, write the optional JSON / Markdown.
     Returns 0; bad input raises UsageError (exit 2), a bad environment AuditEnvironmentError
@@ -469,6 +488,7 @@ def bench_command(
         json_out=None if json_out is None else str(json_out),
         markdown_out=None if markdown_out is None else str(markdown_out),
         kernels_dir=None if kernels_dir is None else str(kernels_dir),
+        profile=profile or None,
     )
     sizes = check_batch_sizes(batch_sizes) if batch_sizes is not None else None
     if repeats is not None:
@@ -479,6 +499,11 @@ def bench_command(
 
     backend = select_backend(device, load_kernel_set(kernels_dir))
     name = backend.name
+    if profile and name != "cuda":
+        raise UsageError(
+            f"--profile needs the cuda backend (it reads CUPTI's record of GPU kernels); "
+            f"this run uses {name}"
+        )
     err = Console(stderr=True)
     report = run_bench(
         backend,
@@ -487,14 +512,17 @@ def bench_command(
         DEFAULT_WARMUP[name] if warmup is None else warmup,
         command,
         log=lambda msg: err.print(f"[dim]bench:[/dim] {escape(msg)}", highlight=False),
+        profile=profile,
     )
     out = Console()
     if not out.is_terminal:  # a log or a pipe: do not squeeze eleven columns into 80
         out = Console(width=max(out.width, 150))
     out.print(rich_table(report))
     out.print(targets_table(report))
+    for table in bench_profile.rich_tables(report.profiles):
+        out.print(table)
     if json_path:
         write_atomic(json_path, json.dumps(to_json(report), indent=2) + "\n")
     if md_path:
-        write_atomic(md_path, to_markdown(report))
+        write_atomic(md_path, to_markdown(report) + bench_profile.markdown(report.profiles))
     return 0

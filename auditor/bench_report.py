@@ -91,6 +91,7 @@ class BenchReport:
     environment: dict[str, Any]
     sgemm: SgemmReference
     rows: list[Row]
+    profiles: list[Any] = field(default_factory=list)  # bench_profile.StepProfile or Unavailable
 
 
 def ratio(a: Measured, b: Measured) -> float | None:
@@ -347,6 +348,7 @@ def to_json(report: BenchReport) -> dict[str, Any]:
             **report.sgemm.timing.as_dict(),
         },
         "rows": rows,
+        "profiles": [p.as_dict() for p in report.profiles],
         "remarks": remarks(report),
         "targets": evaluate_targets(report),
     }

@@ -380,6 +380,13 @@ def bench(
         Path | None, typer.Option(help="Write the results as a markdown table here.")
     ] = None,
     kernels: KernelsDir = None,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Also show where the plain step's GPU time goes, kernel by kernel (cuda only).",
+        ),
+    ] = False,
     debug: Debug = False,
 ) -> None:
     """Time the plain (unrecorded) pipeline step at several batch sizes."""
@@ -392,6 +399,7 @@ def bench(
             json_out=json_out,
             markdown_out=markdown,
             kernels_dir=kernels,
+            profile=profile,
         )
     raise typer.Exit(code)
 

@@ -363,6 +363,7 @@ def bench(
     json_out: Path | None = None,
     markdown_out: Path | None = None,
     kernels_dir: Path | None = None,
+    profile: bool = False,
 ) -> int:
     """`egf-audit bench`, delegated to egf_audit.bench, which validates its own options and
     returns the exit code. Imported only when asked for. None = let the bench choose."""
@@ -382,6 +383,7 @@ def bench(
         json_out=json_out,
         markdown_out=markdown_out,
         kernels_dir=kernels_dir,
+        profile=profile,
     )
     return int(code)
 

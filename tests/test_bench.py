@@ -356,8 +356,8 @@ class CaptureRulesBackend:
         self._no_host("read")
         return self.inner.read(ptr)
 
-    def snapshot(self, ptr):
-        return self.read(ptr)
+    def snapshot(self, ptrs):
+        return [self.read(p) for p in ptrs]
 
     def to_host(self, copy):
         return copy
@@ -422,6 +422,22 @@ def test_graph_capture_failure_is_reported_not_raised(fake_cuda, monkeypatch):
     assert any("graph: unavailable (RuntimeError" in line for line in to_json(report)["remarks"])
 
 
+def test_profile_without_cuda_activity_is_reported_not_raised(fake_cuda, tmp_path):
+    """Torch here has no CUDA, so its profiler cannot trace GPU kernels: the bench says so in
+    every output instead of failing or inventing a table."""
+    report = run_bench(
+        fake_cuda, (TINY_B,), 1, 0, "test", reference=(64, 0, 1), widths="ci", profile=True
+    )
+    (profile,) = report.profiles
+    assert isinstance(profile, Unavailable) and "cannot trace CUDA kernels" in profile.reason
+    assert to_json(report)["profiles"] == [profile.as_dict()]
+
+
+def test_profile_is_refused_on_the_cpu_backend():
+    with pytest.raises(UsageError, match="--profile needs the cuda backend"):
+        bench_command(device="cpu", batch_sizes=[TINY_B], profile=True)
+
+
 def test_default_sizes_cover_the_issue():
     assert bench.DEFAULT_BATCH_SIZES["cuda"] == (256, 1024, 4096, 16384, 65536)
 
@@ -432,8 +448,15 @@ def test_default_sizes_cover_the_issue():
 @pytest.mark.gpu
 def test_bench_command_on_cuda(tmp_path):
     out = tmp_path / "bench.json"
-    assert bench_command(device="cuda", batch_sizes=[256], repeats=3, json_out=out) == 0
-    (row,) = json.loads(out.read_text())["rows"]
+    code = bench_command(device="cuda", batch_sizes=[256], repeats=3, json_out=out, profile=True)
+    assert code == 0
+    report = json.loads(out.read_text())
+    (row,) = report["rows"]
+    (profile,) = report["profiles"]
+    rows = {r["name"]: r for r in profile["rows"]}
+    assert rows["sp14_dir_concat_qaux"]["group"] == "pipeline"
+    assert rows["sp14_dir_concat_qaux"]["launches"] == 4  # online, target, two call sites
+    assert profile["by_group_ms"]["cuBLAS"] > 0 and profile["busy_ms"] > 0
     for variant in ("plain", "instrumented", "torch_eager", "graph"):
         assert "unavailable" not in row[variant], (variant, row[variant])
         assert row[variant]["median_ms"] > 0 and row[variant]["finite"], variant
