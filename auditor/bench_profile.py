@@ -67,7 +67,12 @@ def classify(name: str) -> tuple[str, str]:
         return "pipeline", name
     if any(hint in name.lower() for hint in _CUBLAS_HINTS):
         match = _CUBLAS_NAME.search(name)
-        return "cuBLAS", match.group(1) if match else name[:60]
+        short = match.group(1) if match else name[:60]
+        # sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_
+        # aligna4_alignc4_execute_split_k_kernel__5x_cublas → sm80_xmma_gemm_tn_n_tilesize64x64x8
+        # _split_k: the tile and whether it splits k are what tell two of them apart
+        short = re.sub(r"_stage\d+\w*?_execute_(split_k_)?kernel__\d+x_cublas$", r"_\1", short)
+        return "cuBLAS", short.replace("_f32f32_f32f32_f32", "").rstrip("_")
     return "other", name[:60]
 
 
@@ -104,7 +109,7 @@ def profile_plain_step(session: Any, pipe: Any, mode: str) -> StepProfile | Unav
         for _ in range(WARM_STEPS):
             pipe.step(mode, upload_batch=False)
         session.sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
             for _ in range(PROFILED_STEPS):
                 pipe.step(mode, upload_batch=False)
             session.sync()
@@ -157,7 +162,7 @@ def rich_tables(profiles: list[StepProfile | Unavailable]) -> list[Table]:
 def markdown(profiles: list[StepProfile | Unavailable]) -> str:
     if not profiles:
         return ""
-    lines = ["### Where the GPU time goes (`--profile`)", ""]
+    lines = ["", "### Where the GPU time goes (`--profile`)", ""]
     for p in profiles:
         if isinstance(p, Unavailable):
             lines += [f"GPU profile unavailable: {p.reason}", ""]

@@ -12,7 +12,11 @@ CUTLASS = (
     "void cutlass::Kernel2<cutlass_80_simt_sgemm_64x128_8x5_nt_align1>"
     "(cutlass_80_simt_sgemm_64x128_8x5_nt_align1::Params)"
 )
-XMMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4"
+XMMA = (
+    "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_"
+    "alignc4_execute_kernel__5x_cublas"
+)
+XMMA_SPLIT = XMMA.replace("execute_kernel", "execute_split_k_kernel")
 SPLITK = "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>"
 GEMV = (
     "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float, "
@@ -26,7 +30,8 @@ GEMV = (
         ("sp14_dir_concat_qaux", "pipeline", "sp14_dir_concat_qaux"),
         ("adam_update", "pipeline", "adam_update"),
         (CUTLASS, "cuBLAS", "cutlass_80_simt_sgemm_64x128_8x5_nt_align1"),
-        (XMMA, "cuBLAS", XMMA),
+        (XMMA, "cuBLAS", "sm80_xmma_gemm_nn_n_tilesize64x64x8"),
+        (XMMA_SPLIT, "cuBLAS", "sm80_xmma_gemm_nn_n_tilesize64x64x8_split_k"),
         (SPLITK, "cuBLAS", "splitKreduce_kernel"),
         (GEMV, "cuBLAS", "gemvx::kernel"),
         ("Memset (Device)", "other", "Memset (Device)"),
