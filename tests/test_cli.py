@@ -428,7 +428,9 @@ def test_bench_passes_its_options_and_returns_its_exit_code(monkeypatch):
     fake_module = types.ModuleType("egf_audit.bench")
     fake_module.bench_command = bench_command
     monkeypatch.setitem(sys.modules, "egf_audit.bench", fake_module)
-    result = invoke("bench", "--device", "cpu", "--batch", "64", "--batch", "128", "--repeats", 3)
+    result = invoke(
+        "bench", "--device", "cpu", "--batch", "64", "--batch", "128", "--repeats", 3, "--profile"
+    )
     assert result.exit_code == 1
     assert seen == {
         "device": "cpu",
@@ -438,6 +440,7 @@ def test_bench_passes_its_options_and_returns_its_exit_code(monkeypatch):
         "json_out": None,
         "markdown_out": None,
         "kernels_dir": None,
+        "profile": True,
     }
 
 
