@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from egf_audit.trace import Launch, Region, Trace
 
 SITES = ("cql", "main")  # the two backward_full call sites, in the order they run
+DIR_DX = "sp14_d_dir_qaux_concat"  # the dir branch's [B, SH2+1] dX, wire column at SH2
 AUDITED_KINDS = ("production", "replay")  # the scenarios that run the trainer's own step
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from egf_audit.backward import NONFINITE_PATTERN
 
 from .common import (
+    DIR_DX,
     SITES,
     alpha_at,
     bit_mismatch,
@@ -21,13 +22,11 @@ from .common import (
     step_indices,
     where,
 )
-from .registry import Invariant, Verdict, failed, passed
+from .registry import Invariant, Verdict, failed, failed_at_sites, passed
 
 if TYPE_CHECKING:
     from egf_audit.audit import AuditRun
     from egf_audit.trace import Trace
-
-D_CONCAT = "sp14_d_dir_qaux_concat"
 
 
 def _injected_kinds(wire: np.ndarray) -> dict[str, int]:
@@ -51,9 +50,9 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
     """What one call site of one gate-0 step shows: `missing`, `problems`, or {} when it holds."""
     at = {"scenario": trace.scenario, "step": step, "site": site}
     if injected:
-        upstream = snapshot(trace, step, f"{site}:after_inject", D_CONCAT)
+        upstream = snapshot(trace, step, f"{site}:after_inject", DIR_DX)
         if upstream is None:
-            return at | {"missing": where(trace, step, f"{site}:after_inject", D_CONCAT)}
+            return at | {"missing": where(trace, step, f"{site}:after_inject", DIR_DX)}
         if not _injection_seen(upstream[:, sh2]):
             # the injection did not reach the wire column: the NaN-safety claim would be vacuous
             kinds = _injected_kinds(upstream[:, sh2])
@@ -61,11 +60,11 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
                 "problems": ["injection not visible in the wire column"],
                 "injected": kinds,
             }
-    scaled = snapshot(trace, step, f"{site}:after_scale", D_CONCAT)
+    scaled = snapshot(trace, step, f"{site}:after_scale", DIR_DX)
     before = snapshot(trace, step, f"{site}:aux_before_wire", "d_aux_logits")
     after = snapshot(trace, step, f"{site}:aux_after_wire", "d_aux_logits")
     for name, value, checkpoint in (
-        (D_CONCAT, scaled, "after_scale"),
+        (DIR_DX, scaled, "after_scale"),
         ("d_aux_logits", before, "aux_before_wire"),
         ("d_aux_logits", after, "aux_after_wire"),
     ):
@@ -76,7 +75,7 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
     not_plus_zero = bits(wire) != 0
     if not_plus_zero.any():
         row = first_index(not_plus_zero)[0]
-        found["problems"].append(f"wire column {sh2} of {D_CONCAT} is not +0.0 after the scale")
+        found["problems"].append(f"wire column {sh2} of {DIR_DX} is not +0.0 after the scale")
         found |= {
             "rows_not_plus_zero": int(not_plus_zero.sum()),
             "rows": int(wire.size),
@@ -117,19 +116,9 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 elif found:
                     findings.append(found)
     evidence = {"gate_zero_steps": checked, "injected_steps": injected_checked}
-    if missing:
-        return failed(
-            f"{len(missing)} snapshots missing, first: {missing[0]}", missing=missing, **evidence
-        )
-    if findings:
-        first = findings[0]
-        return failed(
-            f"{first['scenario']} step {first['step']} @{first['site']}: {first['problems'][0]} "
-            f"({len(findings)} site checks fail)",
-            first=first,
-            failing_sites=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
-            **evidence,
-        )
+    verdict = failed_at_sites(missing, findings, **evidence)
+    if verdict is not None:
+        return verdict
     if not checked:
         return failed(f"no step of mode {mode} ran with ISV[393] = 0.0", **evidence)
     if not injected_checked:

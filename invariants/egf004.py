@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .common import (
+    DIR_DX,
     SITES,
     alpha_at,
     bit_mismatch,
@@ -19,20 +20,18 @@ from .common import (
     step_indices,
     where,
 )
-from .registry import Invariant, Verdict, failed, passed
+from .registry import Invariant, Verdict, failed, failed_at_sites, passed
 
 if TYPE_CHECKING:
     from egf_audit.audit import AuditRun
     from egf_audit.trace import Trace
-
-D_CONCAT = "sp14_d_dir_qaux_concat"
 
 
 def _upstream(trace: Trace, step: int, site: str) -> tuple[np.ndarray | None, str]:
     """The dX the scale starts from, and where it was read: after an audit injection if there
     was one, else as backward_full left it."""
     for checkpoint in (f"{site}:after_inject", f"{site}:after_backward_full"):
-        values = snapshot(trace, step, checkpoint, D_CONCAT)
+        values = snapshot(trace, step, checkpoint, DIR_DX)
         if values is not None:
             return values, checkpoint
     return None, f"{site}:after_backward_full"
@@ -43,11 +42,11 @@ def _site_findings(
 ) -> dict[str, Any]:
     at = {"scenario": trace.scenario, "step": step, "site": site, "alpha": json_float(alpha)}
     upstream, upstream_at = _upstream(trace, step, site)
-    scaled = snapshot(trace, step, f"{site}:after_scale", D_CONCAT)
+    scaled = snapshot(trace, step, f"{site}:after_scale", DIR_DX)
     if upstream is None:
-        return at | {"missing": where(trace, step, upstream_at, D_CONCAT)}
+        return at | {"missing": where(trace, step, upstream_at, DIR_DX)}
     if scaled is None:
-        return at | {"missing": where(trace, step, f"{site}:after_scale", D_CONCAT)}
+        return at | {"missing": where(trace, step, f"{site}:after_scale", DIR_DX)}
     found: dict[str, Any] = {"problems": []}
     g = upstream[:, sh2]
     expected = alpha * g  # one fp32 multiply, exactly what the kernel computes
@@ -92,19 +91,9 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 elif found:
                     findings.append(found)
     evidence = {"gated_steps": checked}
-    if missing:
-        return failed(
-            f"{len(missing)} snapshots missing, first: {missing[0]}", missing=missing, **evidence
-        )
-    if findings:
-        first = findings[0]
-        return failed(
-            f"{first['scenario']} step {first['step']} @{first['site']}: {first['problems'][0]} "
-            f"({len(findings)} site checks fail)",
-            first=first,
-            failing_sites=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
-            **evidence,
-        )
+    verdict = failed_at_sites(missing, findings, **evidence)
+    if verdict is not None:
+        return verdict
     if not checked:
         return failed(f"no step of mode {mode} ran with 0 < ISV[393] <= 1", **evidence)
     return passed(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from egf_audit.config import BRANCHES
 
-from .common import SITES, json_float
+from .common import DIR_DX, SITES, json_float
 from .flow_helpers import (
     Missing,
     checkpoint,
@@ -30,7 +30,6 @@ from .flow_helpers import (
 from .registry import Invariant, Verdict, failed, passed
 
 ACCUMULATE = "accumulate_d_h_s2_from_concat"
-DIR_DX = "sp14_d_dir_qaux_concat"
 UNIT_ROUNDOFF = 2.0**-24  # fp32
 FP32_TINY = float(np.finfo(np.float32).tiny)
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from egf_audit.config import ALPHA_GRAD_SMOOTHED_INDEX
 
-from .common import SITES
+from .common import DIR_DX, SITES
 from .flow_helpers import binding, describe, guarded, in_step, listed, production, steps
 from .registry import Invariant, Verdict, failed, passed
 
-DIR_DX = "sp14_d_dir_qaux_concat"
 SCALE = "sp14_scale_wire_col"
 ACCUMULATE = "accumulate_d_h_s2_from_concat"
 

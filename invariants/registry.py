@@ -64,5 +64,27 @@ def failed(summary: str, **evidence: Any) -> Verdict:
     return Verdict(FAIL, summary, evidence)
 
 
+def failed_at_sites(
+    missing: list[str], findings: list[dict[str, Any]], **evidence: Any
+) -> Verdict | None:
+    """The verdict of a per-site check (EGF003, EGF004) that found snapshots missing or sites
+    failing, missing first; None when it found neither. Each finding names its scenario, step,
+    site and problems."""
+    if missing:
+        return failed(
+            f"{len(missing)} snapshots missing, first: {missing[0]}", missing=missing, **evidence
+        )
+    if findings:
+        first = findings[0]
+        return failed(
+            f"{first['scenario']} step {first['step']} @{first['site']}: {first['problems'][0]} "
+            f"({len(findings)} site checks fail)",
+            first=first,
+            failing_sites=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
+            **evidence,
+        )
+    return None
+
+
 def warned(summary: str, **evidence: Any) -> Verdict:
     return Verdict(WARN, summary, evidence)
