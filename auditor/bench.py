@@ -458,11 +458,15 @@ def profile_row(session: Session, config: Config, log: Callable[[str], None]) ->
     pipe = SP14Pipeline(config, session.backend, instrumented=False, scenario="bench")
     try:
         pipe.initialize()
-        result = bench_profile.profile_plain_step(session, pipe, MODE)
+        try:
+            result = bench_profile.profile_plain_step(session, pipe, MODE)
+        except Exception as exc:  # a figure of merit, like the graph: say why it is missing
+            session.sync()
+            result = Unavailable(_one_line(exc), traceback.format_exc())
     finally:
         pipe.release()
     session.free_caches()
-    shown = getattr(result, "reason", None) or f"{result.busy_ms:.3f} ms GPU busy"
+    shown = result.reason if isinstance(result, Unavailable) else f"{result.busy_ms:.3f} ms busy"
     log(f"B={config.dims.B}: profile {shown}")
     return result
 

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .bench_report import Unavailable
 
+GROUPS = ("cuBLAS", "pipeline", "other")
 PROFILED_STEPS = 5
 WARM_STEPS = 3
 # cuBLAS's kernels have long template names: keep the part that says which kernel it is
@@ -33,7 +34,7 @@ _CUBLAS_HINTS = ("gemm", "gemv", "cublas", "cutlass", "splitk", "dot_kernel", "r
 @dataclass
 class KernelTime:
     name: str  # a pipeline kernel, a cuBLAS kernel, or a device operation such as a memset
-    group: str  # "pipeline", "cuBLAS" or "other"
+    group: str  # one of GROUPS
     launches: float  # per step
     ms: float  # GPU time per step
 
@@ -56,7 +57,7 @@ class StepProfile:
             "B": self.B,
             "steps": self.steps,
             "busy_ms": self.busy_ms,
-            "by_group_ms": {g: self.group_ms(g) for g in ("pipeline", "cuBLAS", "other")},
+            "by_group_ms": {g: self.group_ms(g) for g in GROUPS},
             "rows": [vars(r) for r in self.rows],
         }
 
@@ -98,25 +99,22 @@ def device_events(prof: Any) -> list[tuple[str, float]]:
 
 
 def profile_plain_step(session: Any, pipe: Any, mode: str) -> StepProfile | Unavailable:
-    """Profile `PROFILED_STEPS` plain steps of an initialised pipeline after a warm-up."""
+    """Profile `PROFILED_STEPS` plain steps of an initialised pipeline after a warm-up. An
+    error propagates: the caller turns it into `Unavailable`, as for every measurement."""
     import torch
     from torch.profiler import ProfilerActivity, profile, supported_activities
 
     if ProfilerActivity.CUDA not in supported_activities():
         return Unavailable(f"torch {torch.__version__} cannot trace CUDA kernels (no CUPTI)")
-    try:
-        pipe.step(mode)  # uploads the batch every later step reuses
-        for _ in range(WARM_STEPS):
+    pipe.step(mode)  # uploads the batch every later step reuses
+    for _ in range(WARM_STEPS):
+        pipe.step(mode, upload_batch=False)
+    session.sync()
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
+        for _ in range(PROFILED_STEPS):
             pipe.step(mode, upload_batch=False)
         session.sync()
-        with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
-            for _ in range(PROFILED_STEPS):
-                pipe.step(mode, upload_batch=False)
-            session.sync()
-        rows = aggregate(device_events(prof), PROFILED_STEPS)
-    except Exception as exc:  # a figure of merit, like the graph: say why it is missing
-        session.sync()
-        return Unavailable(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
+    rows = aggregate(device_events(prof), PROFILED_STEPS)
     if not rows:
         return Unavailable("the profiler saw no device operation (CUPTI unavailable?)")
     return StepProfile(pipe.config.dims.B, PROFILED_STEPS, rows)
@@ -128,7 +126,7 @@ TOP_ROWS = 12
 
 
 def _title(p: StepProfile) -> str:
-    groups = ", ".join(f"{g} {p.group_ms(g):.3f} ms" for g in ("cuBLAS", "pipeline", "other"))
+    groups = ", ".join(f"{g} {p.group_ms(g):.3f} ms" for g in GROUPS)
     launches = sum(r.launches for r in p.rows)
     return (
         f"GPU time of one plain step at B={p.B}: {p.busy_ms:.3f} ms busy in {launches:.0f} "

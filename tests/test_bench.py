@@ -135,15 +135,20 @@ def test_wire_gate_is_nan_safe_and_proportional():
         assert wire.grad.item() == expected
 
 
+def _pipeline_and_torch_model(cfg, backend):
+    """A fresh pipeline, the torch model built from its initial state, and its batch 0."""
+    pipe = SP14Pipeline(cfg, backend, instrumented=False)
+    pipe.initialize()
+    state = {b: pipe.rec.read(b) for b in bench.STATE_BUFFERS}
+    model = TorchSP14.from_buffers(cfg.dims, cfg.hyper, pipe.layout, state, torch.device("cpu"))
+    return pipe, model, torch_batch(pipe.make_batch(0), torch.device("cpu"))
+
+
 def test_torch_reference_computes_the_pipelines_gradients(cpu_backend):
     """Same network and losses: one torch step from the pipeline's initial state gives the
     pipeline's grad_buf (EGF010's tolerance) and, after the update, its params and target."""
     cfg = _config("ci")
-    pipe = SP14Pipeline(cfg, cpu_backend, instrumented=False)
-    pipe.initialize()
-    state = {b: pipe.rec.read(b) for b in ("params", "target_params", "sn_state")}
-    model = TorchSP14.from_buffers(cfg.dims, cfg.hyper, pipe.layout, state, torch.device("cpu"))
-    tb = torch_batch(pipe.make_batch(0), torch.device("cpu"))
+    pipe, model, tb = _pipeline_and_torch_model(cfg, cpu_backend)
     pipe.step("sentinel")
     assert torch.isfinite(model.step(tb))
 
@@ -164,11 +169,7 @@ def test_torch_reference_computes_the_pipelines_gradients(cpu_backend):
 
 def test_torch_reference_loss_decreases(cpu_backend):
     cfg = _config("ci")
-    pipe = SP14Pipeline(cfg, cpu_backend, instrumented=False)
-    pipe.initialize()
-    state = {b: pipe.rec.read(b) for b in ("params", "target_params", "sn_state")}
-    model = TorchSP14.from_buffers(cfg.dims, cfg.hyper, pipe.layout, state, torch.device("cpu"))
-    tb = torch_batch(pipe.make_batch(0), torch.device("cpu"))
+    pipe, model, tb = _pipeline_and_torch_model(cfg, cpu_backend)
     losses = [float(model.step(tb)) for _ in range(5)]
     assert all(np.isfinite(losses))
     assert losses[-1] < losses[0]
@@ -431,6 +432,19 @@ def test_profile_without_cuda_activity_is_reported_not_raised(fake_cuda, tmp_pat
     (profile,) = report.profiles
     assert isinstance(profile, Unavailable) and "cannot trace CUDA kernels" in profile.reason
     assert to_json(report)["profiles"] == [profile.as_dict()]
+
+
+def test_profile_failure_is_reported_not_raised(fake_cuda, monkeypatch):
+    def broken(session, pipe, mode):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(bench.bench_profile, "profile_plain_step", broken)
+    report = run_bench(
+        fake_cuda, (TINY_B,), 1, 0, "test", reference=(64, 0, 1), widths="ci", profile=True
+    )
+    (profile,) = report.profiles
+    assert profile.reason == "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"
+    assert "Traceback" in profile.detail
 
 
 def test_profile_is_refused_on_the_cpu_backend():

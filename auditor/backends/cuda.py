@@ -152,9 +152,8 @@ class CudaBackend:
 
     def snapshot(self, ptrs: Sequence[int]) -> list[DeviceCopy]:
         """One allocation for the whole checkpoint and one device-to-device copy per buffer,
-        queued on the pipeline's stream after every launch so far: no host round trip, and
-        none of the per-buffer array bookkeeping that made checkpoints the recorder's main
-        host cost."""
+        queued on the pipeline's stream after every launch so far: no host round trip, and no
+        CuPy array made per buffer."""
         sources = [self._buffers[p] for p in ptrs]
         spans = [-(-a.nbytes // SNAPSHOT_ALIGN) * SNAPSHOT_ALIGN for a in sources]
         with self.stream:  # the pool orders reuse of this block on the same stream
