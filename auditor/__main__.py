@@ -1,5 +1,5 @@
 """`python -m egf_audit`: the same as the `egf-audit` command."""
 
-from .entry import main
+from egf_audit.entry import main
 
 main()

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sys
 
-from .cublas_witness import CHILD_MARKER, logger_environment
+from egf_audit.runtime.cublas_witness import CHILD_MARKER, logger_environment
 
 
 def main() -> None:
     argv = sys.argv[1:]
     if "run" in argv and "--cublas-log" in argv and CHILD_MARKER not in os.environ:
         os.execve(sys.executable, [sys.executable, "-m", "egf_audit", *argv], logger_environment())
-    from .cli import main as cli_main
+    from egf_audit.cli.app import main as cli_main
 
     cli_main()

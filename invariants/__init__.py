@@ -5,22 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .egf001 import INVARIANT as EGF001
-from .egf002 import INVARIANT as EGF002
-from .egf003 import INVARIANT as EGF003
-from .egf004 import INVARIANT as EGF004
-from .egf005 import INVARIANT as EGF005
-from .egf006 import INVARIANT as EGF006
-from .egf007 import INVARIANT as EGF007
-from .egf008 import INVARIANT as EGF008
-from .egf009 import INVARIANT as EGF009
-from .egf010 import INVARIANT as EGF010
-from .egf011 import INVARIANT as EGF011
-from .egf012 import INVARIANT as EGF012
-from .registry import FAIL, PASS, WARN, Invariant, Verdict
+from egf_audit.invariants.egf001_gemm_k_matches_lda import INVARIANT as EGF001
+from egf_audit.invariants.egf002_dw_unaffected_by_scale import INVARIANT as EGF002
+from egf_audit.invariants.egf003_wire_zero_under_sentinel import INVARIANT as EGF003
+from egf_audit.invariants.egf004_wire_gated_proportional import INVARIANT as EGF004
+from egf_audit.invariants.egf005_target_net_untouched import INVARIANT as EGF005
+from egf_audit.invariants.egf006_online_concat_rebuilt import INVARIANT as EGF006
+from egf_audit.invariants.egf007_d_h_s2_accumulation import INVARIANT as EGF007
+from egf_audit.invariants.egf008_both_call_sites_gated import INVARIANT as EGF008
+from egf_audit.invariants.egf009_state_shapes_grown import INVARIANT as EGF009
+from egf_audit.invariants.egf010_oracle_agreement import INVARIANT as EGF010
+from egf_audit.invariants.egf011_wrapper_path_residual import INVARIANT as EGF011
+from egf_audit.invariants.egf012_gate_range_fail_closed import INVARIANT as EGF012
+from egf_audit.invariants.registry import FAIL, PASS, WARN, Invariant, Verdict
 
 if TYPE_CHECKING:
-    from egf_audit.audit import AuditRun
+    from egf_audit.runtime.audit_run import AuditRun
 
 INVARIANTS: tuple[Invariant, ...] = (
     EGF001,

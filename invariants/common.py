@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from egf_audit.config import ALPHA_GRAD_SMOOTHED_INDEX
+
+from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
 
 if TYPE_CHECKING:
-    from egf_audit.audit import AuditRun, Scenario
-    from egf_audit.trace import Launch, Region, Trace
+    from egf_audit.runtime.audit_run import AuditRun, Scenario
+    from egf_audit.runtime.trace import Launch, Region, Trace
 
 SITES = ("cql", "main")  # the two backward_full call sites, in the order they run
 DIR_DX = "sp14_d_dir_qaux_concat"  # the dir branch's [B, SH2+1] dX, wire column at SH2

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import common
-from .registry import Verdict, failed
+from egf_audit.invariants import common
+from egf_audit.invariants.registry import Verdict, failed
 
 if TYPE_CHECKING:
-    from egf_audit.audit import AuditRun
-    from egf_audit.trace import Binding, Launch, Region, Trace
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
 MAX_LISTED = 20  # failures listed in the evidence; the total is always given
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from egf_audit.audit import AuditRun
+    from egf_audit.runtime.audit_run import AuditRun
 
 PASS, FAIL, WARN = "pass", "fail", "warn"
 

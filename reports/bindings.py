@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.trace import Binding, Launch
+from egf_audit.runtime.trace import Binding, Launch
 
 # How the trainer names offsets into its flat buffers (poff_w_b0fc, goff_w_b0fc, ...).
 OFFSET_PREFIX = {"params": "poff", "target_params": "poff", "grad_buf": "goff"}

@@ -11,14 +11,13 @@ import difflib
 import json
 import re
 
-from egf_audit.trace import Trace
-
-from .bindings import SGEMM_ARGS, number, operand, operands, scalar_args
-from .json_report import jsonable
-from .markdown import code, table
-from .model import STATUS_LABEL, AuditReport, verdict_line
-from .timeline import SITE_TITLES, STEPS, site_timeline
-from .wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
+from egf_audit.reports.bindings import SGEMM_ARGS, number, operand, operands, scalar_args
+from egf_audit.reports.json_report import jsonable
+from egf_audit.reports.markdown import code, table
+from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
+from egf_audit.reports.timeline import SITE_TITLES, STEPS, site_timeline
+from egf_audit.reports.wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
+from egf_audit.runtime.trace import Trace
 
 ENV_BEGIN = "<!-- egf-audit:env:begin -->"
 ENV_END = "<!-- egf-audit:env:end -->"

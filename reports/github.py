@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 from egf_audit.invariants.registry import FAIL, WARN
-
-from .markdown import code, table
-from .model import STATUS_LABEL, AuditReport, verdict_line
-from .wire_status import ROW_STATUS, wire_status
+from egf_audit.reports.markdown import code, table
+from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
+from egf_audit.reports.wire_status import ROW_STATUS, wire_status
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
 

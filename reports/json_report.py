@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from .model import AuditReport, verdict_line
+from egf_audit.reports.model import AuditReport, verdict_line
 
 SCHEMA = "egf-audit/run/1"
 

@@ -12,9 +12,8 @@ import re
 import xml.etree.ElementTree as ET
 
 from egf_audit.invariants.registry import FAIL, WARN
-
-from .json_report import jsonable
-from .model import AuditReport
+from egf_audit.reports.json_report import jsonable
+from egf_audit.reports.model import AuditReport
 
 # XML 1.0 cannot carry these characters at all, escaped or not.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

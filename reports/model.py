@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 from egf_audit.invariants.registry import FAIL, PASS, WARN
 
 if TYPE_CHECKING:
-    from egf_audit.audit import AuditRun
-    from egf_audit.config import Config
     from egf_audit.invariants import Result
     from egf_audit.invariants.registry import Invariant
-    from egf_audit.kernel_sources import KernelSet
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.kernel_sources import KernelSet
 
 NOT_RUN = "not run"
 STATUS_LABEL = {PASS: "✅ pass", FAIL: "❌ fail", WARN: "⚠️ warn", NOT_RUN: "—"}
@@ -24,7 +23,7 @@ STATUS_LABEL = {PASS: "✅ pass", FAIL: "❌ fail", WARN: "⚠️ warn", NOT_RUN
 
 @dataclass(frozen=True)
 class AuditReport:
-    config: Config
+    config: Any  # egf_audit.pipeline.config.Config: read, never imported
     modes: tuple[str, ...]
     steps: int
     invariants: tuple[Invariant, ...]  # the registry the verdicts came from, in code order

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egf_audit.trace import Launch, Trace
+from egf_audit.runtime.trace import Launch, Trace
 
 STEPS = {
     1: "`sp14_dir_concat_qaux(save_h_s2)` rebuilds the online concat",

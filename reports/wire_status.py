@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from egf_audit.backward import WRAPPER_PREFIX
 from egf_audit.invariants.registry import FAIL, PASS, WARN
-from egf_audit.trace import Launch, Trace
-
-from .bindings import operand
-from .model import NOT_RUN, AuditReport
+from egf_audit.reports.bindings import operand
+from egf_audit.reports.model import NOT_RUN, AuditReport
+from egf_audit.runtime.contract import WRAPPER_PREFIX
+from egf_audit.runtime.trace import Launch, Trace
 
 SITES = ("cql", "main")
 ROW_STATUS = {

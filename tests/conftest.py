@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from egf_audit.audit import AuditRun
-    from egf_audit.backends.base import Backend
-    from egf_audit.config import Config
-    from egf_audit.kernel_sources import KernelSet
+    from egf_audit.pipeline.config import Config
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.backends.base import Backend
+    from egf_audit.runtime.kernel_sources import KernelSet
 
 # The CPU backend's GEMMs are tiny; on a busy 2-core CI runner OpenMP's default busy-waiting
 # makes them ~30x slower (idle threads spin against the other processes). Passive waiting
@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return  # never import CuPy for a run without GPU tests
-    from egf_audit.backends import cuda_usable
+    from egf_audit.runtime.backends import cuda_usable
 
     usable, why = cuda_usable()
     if usable:
@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def kernel_set() -> KernelSet:
-    from egf_audit.kernel_sources import load_kernel_set
+    from egf_audit.runtime.kernel_sources import load_kernel_set
 
     return load_kernel_set()
 
@@ -62,14 +62,14 @@ def kernel_set() -> KernelSet:
 @pytest.fixture(scope="session")
 def cpu_backend(kernel_set: KernelSet) -> Backend:
     """The bundled kernels compiled for the CPU once per session (and cached on disk)."""
-    from egf_audit.backends import select_backend
+    from egf_audit.runtime.backends import select_backend
 
     return select_backend("cpu", kernel_set)
 
 
 @pytest.fixture(scope="session")
 def ci_config() -> Config:
-    from egf_audit.config import preset_config
+    from egf_audit.pipeline.config import preset_config
 
     return preset_config("ci")
 
@@ -78,6 +78,6 @@ def ci_config() -> Config:
 def ci_audit_run(ci_config: Config, cpu_backend: Backend) -> AuditRun:
     """One production-wiring audit at the ci preset (both modes, 2 steps). Read-only: tests
     that change a run must build their own."""
-    from egf_audit.audit import Auditor
+    from egf_audit.scenarios.audit import Auditor
 
     return Auditor(ci_config, cpu_backend, steps=2).run(("sentinel", "live"))

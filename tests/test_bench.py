@@ -15,9 +15,10 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from egf_audit import bench
-from egf_audit.bench import bench_command, run_bench, step_flops
-from egf_audit.bench_report import (
+from rich.console import Console
+
+from egf_audit.bench import run as bench
+from egf_audit.bench.report import (
     BenchReport,
     Row,
     SgemmReference,
@@ -28,12 +29,12 @@ from egf_audit.bench_report import (
     to_json,
     to_markdown,
 )
-from egf_audit.config import BRANCHES, preset_config
+from egf_audit.bench.run import bench_command, run_bench, step_flops
+from egf_audit.bench.torch_reference import TorchSP14, WireGate, torch_batch
 from egf_audit.errors import AuditEnvironmentError, UsageError
-from egf_audit.memory import param_shapes
-from egf_audit.pipeline import SP14Pipeline
-from egf_audit.torch_reference import TorchSP14, WireGate, torch_batch
-from rich.console import Console
+from egf_audit.pipeline.config import preset_config
+from egf_audit.pipeline.step import SP14Pipeline
+from egf_audit.runtime.contract import BRANCHES, param_shapes
 
 TINY_B = 8
 
@@ -103,8 +104,9 @@ def test_bad_input_is_a_usage_error(kwargs):
 
 
 def test_the_cli_runs_the_bench(tmp_path):
-    from egf_audit.cli import app
     from typer.testing import CliRunner
+
+    from egf_audit.cli.app import app
 
     out = tmp_path / "b.json"
     args = ["bench", "--device", "cpu", "--batch", str(TINY_B), "--repeats", "1", "--warmup", "0"]

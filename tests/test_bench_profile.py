@@ -4,8 +4,9 @@ and rendering, from device events as CUPTI reports them (name, microseconds)."""
 from __future__ import annotations
 
 import pytest
-from egf_audit.bench_profile import StepProfile, aggregate, classify, markdown
-from egf_audit.bench_report import Unavailable
+
+from egf_audit.bench.profile import StepProfile, aggregate, classify, markdown
+from egf_audit.bench.report import Unavailable
 
 # names as the H200's CUPTI trace spells them
 CUTLASS = (

@@ -17,16 +17,18 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from egf_audit import invariants
-from egf_audit import mutants as mutants_module
-from egf_audit import runner as runner_module
-from egf_audit.audit import AuditRun, mode_scenarios
-from egf_audit.cli import app
-from egf_audit.faults import FAULTS
-from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
-from egf_audit.mutants import FaultResult, MutantsResult
-from egf_audit.reports.document import ENV_BEGIN, ENV_END, without_environment
 from typer.testing import CliRunner
+
+from egf_audit import invariants
+from egf_audit.cli import commands as runner_module
+from egf_audit.cli.app import app
+from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
+from egf_audit.reports.document import ENV_BEGIN, ENV_END, without_environment
+from egf_audit.runtime.audit_run import AuditRun
+from egf_audit.scenarios import mutants as mutants_module
+from egf_audit.scenarios.audit import mode_scenarios
+from egf_audit.scenarios.faults import FAULTS
+from egf_audit.scenarios.mutants import FaultResult, MutantsResult
 
 REAL_INVARIANTS = invariants.INVARIANTS
 CODES = [inv.code for inv in REAL_INVARIANTS]
@@ -166,7 +168,7 @@ def test_unknown_fault_is_usage_error(workdir):
 
 # ---- exit code 3: environment and internal errors, nothing written ----
 def test_device_cuda_without_gpu_exits_3_and_writes_nothing(workdir, monkeypatch):
-    monkeypatch.setattr("egf_audit.backends.cuda_usable", lambda: (False, "no CUDA device"))
+    monkeypatch.setattr("egf_audit.runtime.backends.cuda_usable", lambda: (False, "no CUDA device"))
     result = invoke("run", "--device", "cuda")
     assert_one_line_error(result, 3, "--device cuda asked for, but no usable GPU")
     assert not (workdir / "docs").exists()
@@ -425,9 +427,9 @@ def test_bench_passes_its_options_and_returns_its_exit_code(monkeypatch):
         seen.update(kwargs)
         return 1
 
-    fake_module = types.ModuleType("egf_audit.bench")
+    fake_module = types.ModuleType("egf_audit.bench.run")
     fake_module.bench_command = bench_command
-    monkeypatch.setitem(sys.modules, "egf_audit.bench", fake_module)
+    monkeypatch.setitem(sys.modules, "egf_audit.bench.run", fake_module)
     result = invoke(
         "bench", "--device", "cpu", "--batch", "64", "--batch", "128", "--repeats", 3, "--profile"
     )
@@ -445,8 +447,8 @@ def test_bench_passes_its_options_and_returns_its_exit_code(monkeypatch):
 
 
 def test_bench_without_its_module_exits_3(monkeypatch):
-    monkeypatch.setitem(sys.modules, "egf_audit.bench", None)
-    assert_one_line_error(invoke("bench"), 3, "no egf_audit.bench module")
+    monkeypatch.setitem(sys.modules, "egf_audit.bench.run", None)
+    assert_one_line_error(invoke("bench"), 3, "no egf_audit.bench.run module")
 
 
 # ---- the real audit, end to end ----

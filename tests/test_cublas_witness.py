@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from egf_audit.cublas_witness import match, parse_log
-from egf_audit.trace import Launch
+
+from egf_audit.runtime.cublas_witness import match, parse_log
+from egf_audit.runtime.trace import Launch
 
 # One Sgemm record and the start of the next call, verbatim as cuBLAS 13.1 logged them on an H200.
 LOG = (Path(__file__).parent / "data" / "cublas_api_sgemm.log").read_text()
@@ -66,8 +67,8 @@ def test_the_witness_section_lives_in_the_environment_block(tmp_path):
     --check against one made without it (e.g. on the CPU)."""
     import dataclasses
 
+    from egf_audit.cli.commands import RunRequest, run_audit
     from egf_audit.reports.document import ENV_BEGIN, ENV_END, render_document, stale_diff
-    from egf_audit.runner import RunRequest, run_audit
 
     outcome = run_audit(RunRequest(device="cpu", out=tmp_path / "audit.md", mode="sentinel"))
     witness = {"logged": 3, "recorded": 3, "matched": 3, "ok": True, "mismatches": []}
@@ -78,8 +79,9 @@ def test_the_witness_section_lives_in_the_environment_block(tmp_path):
 
 
 def test_cublas_log_on_the_cpu_backend_is_a_usage_error(tmp_path):
-    from egf_audit.cli import app
     from typer.testing import CliRunner
+
+    from egf_audit.cli.app import app
 
     out = tmp_path / "audit.md"
     result = CliRunner().invoke(

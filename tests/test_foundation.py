@@ -7,13 +7,21 @@ import dataclasses
 
 import numpy as np
 import pytest
-from egf_audit.config import Config, ConfigError, config_from_mapping, load_config, preset_config
+
 from egf_audit.errors import AuditEnvironmentError
-from egf_audit.kernel_sources import check_source, load_kernel_set
 from egf_audit.kernels import KERNELS, KERNELS_BY_NAME
-from egf_audit.memory import AddressMap, BufferSpec, Layout, Tensor, build_layout
-from egf_audit.pipeline import SP14Pipeline
-from egf_audit.recorder import Recorder
+from egf_audit.pipeline.config import (
+    Config,
+    ConfigError,
+    config_from_mapping,
+    load_config,
+    preset_config,
+)
+from egf_audit.pipeline.layout import build_layout
+from egf_audit.pipeline.step import SP14Pipeline
+from egf_audit.runtime.kernel_sources import check_source, load_kernel_set
+from egf_audit.runtime.memory import AddressMap, BufferSpec, Layout, Tensor
+from egf_audit.runtime.recorder import Recorder
 
 
 # ---- config ----
@@ -248,8 +256,8 @@ def test_sentinel_mode_never_writes_the_gate(cpu_backend):
 
 
 def test_kernels_readme_documents_every_signature():
-    from egf_audit.kernel_sources import expected_signature
     from egf_audit.kernels import bundled_dir
+    from egf_audit.runtime.kernel_sources import expected_signature
 
     readme = (bundled_dir() / "README.md").read_text()
     for spec in KERNELS:

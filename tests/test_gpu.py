@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from egf_audit.audit import Auditor
-from egf_audit.backends import cuda_usable, select_backend
-from egf_audit.config import preset_config
+
 from egf_audit.invariants import FAIL, WARN, evaluate
-from egf_audit.kernel_sources import load_kernel_set
-from egf_audit.memory import BufferSpec, Tensor
-from egf_audit.mutants import run_mutants, select_faults
+from egf_audit.pipeline.config import preset_config
+from egf_audit.runtime.backends import cuda_usable, select_backend
+from egf_audit.runtime.kernel_sources import load_kernel_set
+from egf_audit.runtime.memory import BufferSpec, Tensor
+from egf_audit.scenarios.audit import Auditor
+from egf_audit.scenarios.mutants import run_mutants, select_faults
 
 pytestmark = [
     pytest.mark.gpu,

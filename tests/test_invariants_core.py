@@ -16,14 +16,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egf_audit.audit import Auditor, AuditRun
-from egf_audit.backends import select_backend
-from egf_audit.config import preset_config
-from egf_audit.faults import FAULTS, FAULTS_BY_NAME
-from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
-from egf_audit.invariants.egf005 import polyak_error_ulps
 from hypothesis import given
 from hypothesis import strategies as st
+
+from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
+from egf_audit.invariants.egf005_target_net_untouched import polyak_error_ulps
+from egf_audit.pipeline.config import preset_config
+from egf_audit.runtime.audit_run import AuditRun
+from egf_audit.runtime.backends import select_backend
+from egf_audit.scenarios.audit import Auditor
+from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
 
 CODES = ("EGF001", "EGF002", "EGF003", "EGF004", "EGF005", "EGF006")
 MODES = ("sentinel", "live")

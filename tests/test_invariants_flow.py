@@ -15,12 +15,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from egf_audit.audit import GATE_PROBES, Auditor, AuditRun
-from egf_audit.backends import select_backend
-from egf_audit.config import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES, preset_config
-from egf_audit.faults import FAULTS, FAULTS_BY_NAME
+
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, WARN
-from egf_audit.memory import build_layout
+from egf_audit.pipeline.config import preset_config
+from egf_audit.pipeline.layout import build_layout
+from egf_audit.runtime.audit_run import AuditRun
+from egf_audit.runtime.backends import select_backend
+from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES
+from egf_audit.scenarios.audit import GATE_PROBES, Auditor
+from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
 
 CODES = ("EGF007", "EGF008", "EGF009", "EGF011", "EGF012")
 MODES = ("sentinel", "live")

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from egf_audit.cli import app
-from egf_audit.kernels import KERNELS
 from typer.testing import CliRunner, Result
+
+from egf_audit.cli.app import app
+from egf_audit.kernels import KERNELS
 
 VARIANTS = Path(__file__).parent / "kernel_variants"
 ABI = tuple(k.name for k in KERNELS if k.abi)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from egf_audit.audit import Auditor
-from egf_audit.config import Config, preset_config
-from egf_audit.faults import FAULTS_BY_NAME
-from egf_audit.invariants import FAIL, evaluate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from egf_audit.invariants import FAIL, evaluate
+from egf_audit.pipeline.config import Config, preset_config
+from egf_audit.scenarios.audit import Auditor
+from egf_audit.scenarios.faults import FAULTS_BY_NAME
 
 K_MISMATCHES = ("fwd-k-sh2", "dw-k-sh2", "dx-k-sh2")
 EXAMPLES = 200

@@ -12,10 +12,9 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+
 from egf_audit import invariants
-from egf_audit.audit import Auditor
 from egf_audit.errors import AuditEnvironmentError
-from egf_audit.faults import FAULTS_BY_NAME
 from egf_audit.invariants import Result
 from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
 from egf_audit.reports import github
@@ -34,7 +33,9 @@ from egf_audit.reports.markdown import cell, table
 from egf_audit.reports.model import AuditReport
 from egf_audit.reports.timeline import STEPS, site_timeline
 from egf_audit.reports.wire_status import wire_status
-from egf_audit.trace import Binding, Region
+from egf_audit.runtime.trace import Binding, Region
+from egf_audit.scenarios.audit import Auditor
+from egf_audit.scenarios.faults import FAULTS_BY_NAME
 
 MODES = ("sentinel", "live")
 

@@ -1,0 +1,450 @@
+"""EGF010's oracle: one recorded step of the pipeline against the float64 model.
+
+`compare_step(trace, step, config)` reads the step's inputs from the trace's snapshots only
+(step_start: state and batch; after_forward: the activations, i.e. the ReLU decisions;
+after_losses: the gate and the TD argmax; after_backward: grad_buf; before_polyak and step_end:
+the updated state) and checks, as SPEC section 4's EGF010 note asks:
+
+1. decisions: every ReLU mask (online and target net) and every TD argmax of the pipeline equals
+   the float64 model's, except near-ties: where the float64 value lies closer to the kink or the
+   tie than the fp32 value can lie from it. For a ReLU input that distance is the exactly
+   computed effect of the layer's input difference plus a proven bound of the layer's own fp32
+   rounding (oracle_model.relu_band); for a Q value it is |Q32 - Q64|, measured. Near-ties are
+   counted, never failed.
+2. values: the float64 model run with the pipeline's decisions gives every gradient in grad_buf
+   within ABS_TOL + REL_TOL * max|ref| per tensor.
+3. update: float64 Adam, the spectral-norm projection and Polyak applied to the pipeline's own
+   gradients and pre-step state give its post-step params, Adam m/v, sn vectors and target, within
+   the same tolerance.
+
+Missing or malformed data never raises: it becomes a problem of the report, which then fails.
+The float64 math runs on the GPU when torch sees one, else on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from egf_audit.oracle import model
+from egf_audit.runtime.contract import (
+    ALPHA_GRAD_SMOOTHED_INDEX,
+    AUX_DOWN_INDEX,
+    AUX_UP_INDEX,
+    BRANCHES,
+    param_shapes,
+)
+from egf_audit.runtime.trace import Trace
+
+ABS_TOL = 1e-6
+REL_TOL = 1e-4
+# net -> (activation prefix, softmax buffer, observation buffer, context prefix)
+NETS = {
+    "online": ("save", "aux_nb_softmax_buf", "obs", "ctx"),
+    "target": ("tgt", "tgt_aux_softmax", "next_obs", "next_ctx"),
+}
+
+
+def tolerance(max_ref: float, kind: str = "grad") -> float:
+    """ABS_TOL + REL_TOL * max|ref|. Adam's v holds squared gradients, so its absolute floor is
+    ABS_TOL squared: the same tolerance in v's units (1e-6 would exceed every v entry and make
+    the comparison empty)."""
+    floor = ABS_TOL**2 if kind == "adam_v" else ABS_TOL
+    return floor + REL_TOL * max_ref
+
+
+@dataclass(frozen=True)
+class TensorCheck:
+    name: str  # the parameter tensor ("w_b0fc"), or "u_b0fc" / "v_b0fc"
+    kind: str  # "grad", "param", "adam_m", "adam_v", "sn", "target"
+    max_err: float
+    tol: float
+    max_ref: float
+    ok: bool
+    note: str = ""  # why a comparison could not be made in full (shape, missing)
+
+
+@dataclass(frozen=True)
+class DecisionCheck:
+    layer: str  # "online.h_s1", ..., "td_argmax.b0"
+    total: int
+    near_ties: int  # float64 value within the band of the kink or tie: exempt
+    flips_in_band: int  # near-ties the pipeline decided the other way (allowed)
+    mismatches: int  # decided the other way outside the band: a failure
+
+
+@dataclass
+class OracleReport:
+    scenario: str
+    step: int
+    tensors: list[TensorCheck] = field(default_factory=list)
+    decisions: list[DecisionCheck] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # missing or malformed inputs
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.problems
+            and all(t.ok for t in self.tensors)
+            and not any(d.mismatches for d in self.decisions)
+        )
+
+    @property
+    def failing_tensors(self) -> list[TensorCheck]:
+        return [t for t in self.tensors if not t.ok]
+
+    @property
+    def mismatched_layers(self) -> list[DecisionCheck]:
+        return [d for d in self.decisions if d.mismatches]
+
+    def total(self, attribute: str) -> int:
+        return sum(getattr(d, attribute) for d in self.decisions)
+
+    def worst(self) -> TensorCheck | None:
+        """The fully compared row closest to (or furthest past) its tolerance."""
+        rows = [t for t in self.tensors if not t.note]
+        return max(rows, key=lambda t: t.max_err / t.tol if t.tol > 0 else np.inf, default=None)
+
+
+# ---- reading the trace ----
+
+
+class OracleInputMissing(Exception):
+    """A snapshot, checkpoint or tensor the oracle needs is absent or malformed."""
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def step_indices(trace: Trace) -> list[int]:
+    """The training steps a trace recorded: those with a step_start checkpoint."""
+    return sorted(
+        {x.step for x in trace.launches if x.kind == "checkpoint" and x.name == "step_start"}
+    )
+
+
+class StepSnapshots:
+    """The trace's snapshots of one step, read as [rows, cols] arrays through its layout."""
+
+    def __init__(self, trace: Trace, step: int):
+        self.trace, self.step = trace, step
+
+    def array(
+        self,
+        checkpoint: str,
+        buffer: str,
+        tensor: str | None = None,
+        shape: tuple[int, int] | None = None,
+    ) -> np.ndarray:
+        where = f"{buffer}{'.' + tensor if tensor else ''} at {checkpoint} (step {self.step})"
+        flat = self.trace.snapshots.get((self.step, checkpoint), {}).get(buffer)
+        if flat is None:
+            raise OracleInputMissing(f"no snapshot of {where} in {self.trace.scenario}")
+        spec = self.trace.layout.get(buffer, {}).get("tensors", {}).get(tensor or buffer)
+        if spec is None:
+            raise OracleInputMissing(f"the layout has no tensor {where}")
+        offset, rows, cols = spec
+        if flat.size < offset + rows * cols:
+            raise OracleInputMissing(f"the snapshot of {where} is shorter than its tensor")
+        if shape is not None and (rows, cols) != tuple(shape):
+            raise OracleInputMissing(f"{where} is {[rows, cols]}; the config says {list(shape)}")
+        return flat[offset : offset + rows * cols].reshape(rows, cols)
+
+    def optional(self, checkpoint: str, buffer: str, tensor: str) -> np.ndarray | None:
+        """A tensor through the pipeline's own table, whatever its shape, or None."""
+        try:
+            return self.array(checkpoint, buffer, tensor)
+        except OracleInputMissing:
+            return None
+
+    def checkpoint_meta(self, name: str) -> dict:
+        for x in self.trace.launches:
+            if x.kind == "checkpoint" and x.step == self.step and x.name == name:
+                return x.args
+        raise OracleInputMissing(f"no checkpoint {name} (step {self.step})")
+
+
+def _f64(array: np.ndarray, dev: torch.device) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(array, dtype=np.float64)).to(dev)
+
+
+def _indices(values: np.ndarray, limit: int, what: str, dev: torch.device) -> torch.Tensor:
+    if values.size and (values.min() < 0 or values.max() >= limit):
+        raise OracleInputMissing(f"{what} holds an index outside [0, {limit})")
+    return torch.from_numpy(values.astype(np.int64)).to(dev)
+
+
+@dataclass
+class StepInputs:
+    params: model.Params
+    target_params: model.Params
+    obs: dict[str, torch.Tensor]  # "obs" / "next_obs"
+    context: dict[str, list[torch.Tensor | None]]  # "ctx" / "next_ctx" -> per branch (d >= 1)
+    activations: dict[str, dict[str, np.ndarray]]  # net -> ReLU layer -> pipeline activation
+    aux_softmax: dict[str, np.ndarray]  # net -> the pipeline's softmax (its wire's source)
+    target_q: list[np.ndarray]  # the pipeline's Q'_d, which its TD argmax was taken on
+    td_argmax: np.ndarray  # [B, branches], the pipeline's
+    batch: model.StepBatch
+    alpha: float  # ISV[393] as the backward read it
+
+
+def read_params(snaps: StepSnapshots, checkpoint: str, buffer: str, config: Any, dev):
+    return {
+        name: _f64(snaps.array(checkpoint, buffer, name, (rows, cols)), dev)
+        for name, rows, cols in param_shapes(config.dims)
+    }
+
+
+def load_inputs(snaps: StepSnapshots, config: Any, dev: torch.device) -> StepInputs:
+    d, nb, start = config.dims, len(BRANCHES), "step_start"
+    widths = {"h_s1": d.SH1, "h_s2": d.SH2, "v_hid": d.VALH}
+    widths.update({f"b{b}_hid": d.ADV for b in range(nb)})
+    activations, aux_softmax, obs, context = {}, {}, {}, {}
+    for net, (pre, softmax, obs_name, ctx) in NETS.items():
+        activations[net] = {
+            layer: snaps.array("after_forward", f"{pre}_{layer}", shape=(d.B, widths[layer]))
+            for layer in model.RELU_LAYERS
+        }
+        aux_softmax[net] = snaps.array("after_forward", softmax, shape=(d.B, d.AUXK))
+        obs[obs_name] = _f64(snaps.array(start, obs_name, shape=(d.B, d.OBS)), dev)
+        context[ctx] = [None] + [
+            _f64(snaps.array(start, f"{ctx}_b{b}", shape=(d.B, d.E[b])), dev) for b in range(1, nb)
+        ]
+    actions = snaps.array(start, "actions", shape=(d.B, nb))
+    for b in range(nb):
+        _indices(actions[:, b], d.A[b], f"actions[:, {b}]", dev)
+    labels = snaps.array(start, "aux_label", shape=(d.B, 1))[:, 0]
+    batch = model.StepBatch(
+        actions=_indices(actions, max(d.A), "actions", dev),
+        reward=_f64(snaps.array(start, "reward", shape=(d.B, 1))[:, 0], dev),
+        done=_f64(snaps.array(start, "done", shape=(d.B, 1))[:, 0], dev),
+        aux_label=_indices(labels, d.AUXK, "aux_label", dev),
+    )
+    isv = snaps.array("after_losses", "isv_signals").ravel()
+    if isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
+        raise OracleInputMissing("isv_signals at after_losses is shorter than ISV[393]")
+    return StepInputs(
+        params=read_params(snaps, start, "params", config, dev),
+        target_params=read_params(snaps, start, "target_params", config, dev),
+        obs=obs,
+        context=context,
+        activations=activations,
+        aux_softmax=aux_softmax,
+        target_q=[
+            snaps.array("after_forward", f"tgt_q_b{b}", shape=(d.B, d.A[b])) for b in range(nb)
+        ],
+        td_argmax=snaps.array("after_losses", "td_argmax", shape=(d.B, nb)).astype(np.int64),
+        batch=batch,
+        alpha=float(np.float32(isv[ALPHA_GRAD_SMOOTHED_INDEX])),
+    )
+
+
+def pipeline_relu_inputs(inputs: StepInputs, net: str, dev: torch.device) -> dict:
+    """The fp32 input each ReLU layer's linear map had in the pipeline, from its saved
+    activations: [h_s2 | wire] with the wire rounded as the concat kernel rounds it (one fp32
+    subtraction), [h_s2 | context] for the other branches."""
+    _, _, obs, ctx = NETS[net]
+    act, p = inputs.activations[net], inputs.aux_softmax[net]
+    wire = (p[:, AUX_UP_INDEX] - p[:, AUX_DOWN_INDEX])[:, None]  # float32 arithmetic
+    h_s2 = _f64(act["h_s2"], dev)
+    out = {"h_s1": inputs.obs[obs], "h_s2": _f64(act["h_s1"], dev), "v_hid": h_s2}
+    out["b0_hid"] = torch.cat([h_s2, _f64(wire, dev)], dim=1)
+    for b in range(1, len(BRANCHES)):
+        out[f"b{b}_hid"] = torch.cat([h_s2, inputs.context[ctx][b]], dim=1)
+    return out
+
+
+# ---- 1. decisions ----
+
+
+def relu_decisions(
+    layer: str, z: torch.Tensor, band: torch.Tensor, pipeline_act: np.ndarray
+) -> DecisionCheck:
+    """The pipeline's mask (activation > 0) against the float64 pre-activation z > 0."""
+    pipeline_on = torch.from_numpy(pipeline_act > 0).to(z.device)
+    flips = pipeline_on != (z > 0)
+    near = z.abs() <= band
+    return DecisionCheck(
+        layer,
+        int(z.numel()),
+        int(near.sum()),
+        int((flips & near).sum()),
+        int((flips & ~near).sum()),
+    )
+
+
+def argmax_decisions(
+    name: str, q: torch.Tensor, band: torch.Tensor, pipeline_argmax: np.ndarray
+) -> DecisionCheck:
+    """The pipeline's TD argmax against the float64 one (first index on ties). A flip is a
+    near-tie when the float64 Q values of the two actions are closer than their two bands; a row
+    is counted as a near-tie when its two best float64 Q values are (or when it flipped so)."""
+    rows = torch.arange(q.shape[0], device=q.device)
+    picked = torch.from_numpy(pipeline_argmax).to(q.device)
+    valid = (picked >= 0) & (picked < q.shape[1])
+    picked = picked.clamp(0, q.shape[1] - 1)
+    best = q.argmax(dim=1)
+    flips = (picked != best) | ~valid
+    in_band = valid & (q[rows, best] - q[rows, picked] <= band[rows, best] + band[rows, picked])
+    near = flips & in_band
+    if q.shape[1] > 1:
+        top2 = q.topk(2, dim=1)
+        near |= top2.values[:, 0] - top2.values[:, 1] <= band.gather(1, top2.indices).sum(dim=1)
+    return DecisionCheck(
+        name,
+        int(q.shape[0]),
+        int(near.sum()),
+        int((flips & in_band).sum()),
+        int((flips & ~in_band).sum()),
+    )
+
+
+# ---- 2. and 3. values ----
+
+
+def compare(
+    name: str, kind: str, ref: torch.Tensor, got: np.ndarray | None, note: str = ""
+) -> TensorCheck:
+    """One tensor against its float64 reference. A missing or differently shaped pipeline
+    tensor fails, with what exists (the common flat prefix) still measured."""
+    ref_np = ref.detach().cpu().numpy()
+    max_ref = float(np.max(np.abs(ref_np))) if ref_np.size else 0.0
+    tol = tolerance(max_ref, kind)
+    if got is None:
+        return TensorCheck(name, kind, float("nan"), tol, max_ref, False, note or "missing")
+    if got.shape != ref_np.shape:
+        note = note or f"shape {list(got.shape)}, reference {list(ref_np.shape)}"
+        n = min(got.size, ref_np.size)
+        ref_np, got = ref_np.ravel()[:n], got.ravel()[:n]
+    err = np.abs(got.astype(np.float64) - ref_np)
+    max_err = float("nan") if np.isnan(err).any() else float(np.max(err, initial=0.0))
+    ok = not note and bool(max_err <= tol)  # NaN compares False: it fails
+    return TensorCheck(name, kind, max_err, tol, max_ref, ok, note)
+
+
+def state_like_params(
+    snaps: StepSnapshots, checkpoint: str, buffer: str, name: str, like: torch.Tensor
+) -> torch.Tensor:
+    """The pre-step Adam state of one tensor shaped like the parameter; a table of another
+    shape (a fault) contributes its flat prefix, the rest is zero."""
+    got = snaps.optional(checkpoint, buffer, name)
+    if got is None:
+        raise OracleInputMissing(f"no {buffer}.{name} at {checkpoint} (step {snaps.step})")
+    if got.shape == tuple(like.shape):
+        return _f64(got, like.device)
+    flat = torch.zeros(like.numel(), dtype=torch.float64, device=like.device)
+    n = min(got.size, like.numel())
+    flat[:n] = _f64(got.ravel()[:n], like.device)
+    return flat.reshape(like.shape)
+
+
+def update_checks(
+    snaps: StepSnapshots, inputs: StepInputs, config: Any, dev: torch.device
+) -> list[TensorCheck]:
+    """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
+    hyper, rows = config.hyper, []
+    t = snaps.checkpoint_meta("before_polyak").get("adam_t")
+    if not isinstance(t, int) or t < 1:
+        raise OracleInputMissing(f"before_polyak records no valid adam_t (got {t!r})")
+    grads = read_params(snaps, "after_backward", "grad_buf", config, dev)
+    stepped = {}
+    for name, param in inputs.params.items():
+        m0 = state_like_params(snaps, "step_start", "adam_m", name, param)
+        v0 = state_like_params(snaps, "step_start", "adam_v", name, param)
+        stepped[name], m1, v1 = model.adam(param, grads[name], m0, v0, t, hyper)
+        for kind, ref in (("adam_m", m1), ("adam_v", v1)):
+            rows.append(compare(name, kind, ref, snaps.optional("before_polyak", kind, name)))
+
+    u0 = _f64(snaps.array("step_start", "sn_state", "u_b0fc", (1, config.dims.ADV)), dev)
+    stepped["w_b0fc"], u1, v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
+    for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
+        rows.append(compare(name, "sn", ref, snaps.optional("before_polyak", "sn_state", name)))
+
+    for name, ref in stepped.items():
+        after = snaps.optional("before_polyak", "params", name)
+        rows.append(compare(name, "param", ref, after))
+        # Polyak from the pipeline's own post-step params (the reference's where they are
+        # missing) and the pre-step target
+        online = _f64(after, dev) if after is not None and after.shape == ref.shape else ref
+        target = model.polyak(inputs.target_params[name], online, hyper.tau)
+        rows.append(
+            compare(name, "target", target, snaps.optional("step_end", "target_params", name))
+        )
+    return rows
+
+
+# ---- the step ----
+
+
+def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
+    """Decisions, gradients and update of one recorded step against the float64 model."""
+    report = OracleReport(trace.scenario, step)
+    snaps, dev = StepSnapshots(trace, step), device()
+    try:
+        inputs = load_inputs(snaps, config, dev)
+        grads_got = {
+            name: snaps.array("after_backward", "grad_buf", name, (rows, cols))
+            for name, rows, cols in param_shapes(config.dims)
+        }
+    except OracleInputMissing as exc:
+        report.problems.append(str(exc))
+        return report
+
+    masks = {
+        net: {layer: _f64(a > 0, dev) for layer, a in inputs.activations[net].items()}
+        for net in NETS
+    }
+    with torch.no_grad():
+        target_net = model.forward(
+            inputs.target_params,
+            inputs.obs["next_obs"],
+            inputs.context["next_ctx"],
+            masks["target"],
+        )
+    leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.params.items()}
+    online_net = model.forward(
+        leaves, inputs.obs["obs"], inputs.context["ctx"], masks["online"], alpha=inputs.alpha
+    )
+
+    # 1. decisions
+    for net, passed, params in (
+        ("online", online_net, inputs.params),
+        ("target", target_net, inputs.target_params),
+    ):
+        x32 = pipeline_relu_inputs(inputs, net, dev)
+        for layer in model.RELU_LAYERS:
+            z = passed.pre[layer].detach()
+            band = model.relu_band(params, layer, z, x32[layer])
+            report.decisions.append(
+                relu_decisions(f"{net}.{layer}", z, band, inputs.activations[net][layer])
+            )
+    for b in range(len(BRANCHES)):
+        q64 = target_net.q_values[b]
+        band = (_f64(inputs.target_q[b], dev) - q64).abs()
+        report.decisions.append(
+            argmax_decisions(f"td_argmax.b{b}", q64, band, inputs.td_argmax[:, b])
+        )
+
+    # 2. gradients, with the pipeline's decisions (its masks above, its argmax here; an
+    # out-of-range argmax already failed as a decision and is clamped only to stay computable)
+    argmax = torch.from_numpy(inputs.td_argmax).to(dev)
+    for b in range(len(BRANCHES)):
+        argmax[:, b] = argmax[:, b].clamp(0, config.dims.A[b] - 1)
+    td_target = model.td_targets(target_net.q_values, argmax, inputs.batch, config.hyper)
+    loss = model.total_loss(online_net, td_target, inputs.batch, config.hyper)
+    names = list(leaves)
+    grads = torch.autograd.grad(loss, [leaves[n] for n in names], allow_unused=True)
+    for name, grad in zip(names, grads, strict=True):
+        ref = grad if grad is not None else torch.zeros_like(leaves[name])
+        report.tensors.append(compare(name, "grad", ref, grads_got[name]))
+
+    # 3. the update
+    try:
+        report.tensors += update_checks(snaps, inputs, config, dev)
+    except OracleInputMissing as exc:
+        report.problems.append(str(exc))
+    return report

@@ -1,0 +1,422 @@
+"""Backward, per call site, in the seed's order (SPEC section 2, Backward):
+
+1. sp14_dir_concat_qaux(save_h_s2) rebuilds the ONLINE concat in the scratch
+2. memset d_h_s2 = 0
+3. backward_full(dQ, dir_qaux_concat_ptr, d_dir_qaux_concat_ptr)
+4. sp14_scale_wire_col: d_dir_qaux_concat[:, SH2] *= ISV[393]
+5. accumulate_d_h_s2_from_concat for every branch (the wire column stays put)
+6. the gated wire gradient into the aux head, then the trunk backward from d_h_s2
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from egf_audit.pipeline.gemm import gemm_colsum, gemm_dw, gemm_dx
+from egf_audit.pipeline.instance import Probes, TrainerInstance
+from egf_audit.runtime.contract import (
+    ALPHA_GRAD_SMOOTHED_INDEX,
+    AUX_DOWN_INDEX,
+    AUX_UP_INDEX,
+    BRANCHES,
+    NONFINITE_PATTERN,
+    WRAPPER_PREFIX,
+)
+
+
+def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
+    d, rec, w = p.dims, p.rec, p.wiring
+    B, S2 = d.B, d.SH2
+    concat, d_concat = p.ptr("sp14_dir_qaux_concat_scratch"), p.ptr("sp14_d_dir_qaux_concat")
+
+    # 1. the forward pass left the TARGET concat in the scratch: rebuild the online one
+    if w.rebuild_online_concat:
+        rec.kernel(
+            f"rebuild_online_concat@{site}",
+            "sp14_dir_concat_qaux",  # writes the scratch
+            concat=concat,
+            h_s2=p.ptr("save_h_s2"),
+            aux_softmax=p.ptr("aux_nb_softmax_buf"),
+            rows=B,
+            sh2=S2,
+            auxk=d.AUXK,
+            up_idx=AUX_UP_INDEX,
+            down_idx=AUX_DOWN_INDEX,
+        )
+    # 2. the value-FC dX accumulates into d_h_s2 with beta = 1: give it a zero baseline
+    if w.zero_d_h_s2:
+        rec.memset_zero(f"zero_d_h_s2@{site}", p.ptr("d_h_s2"), B * S2)
+    rec.checkpoint(f"{site}:before_backward_full", ["sp14_dir_qaux_concat_scratch", "d_h_s2"])
+
+    # 3.
+    if site == "main" and w.main_site_backward == "wrapper":
+        backward_full(p, site, f"dq_{site}", 0, 0)
+    else:
+        backward_full(p, site, f"dq_{site}", concat, d_concat)
+    rec.checkpoint(f"{site}:after_backward_full", ["sp14_d_dir_qaux_concat", "d_h_s2", "grad_buf"])
+    if probes.inject_wire_nonfinite:
+        values = np.resize(NONFINITE_PATTERN, B)
+        rec.upload(
+            f"audit:inject_nonfinite@{site}",
+            p.ptr("sp14_d_dir_qaux_concat", element=S2),
+            values,
+            stride=S2 + 1,
+        )
+        rec.checkpoint(f"{site}:after_inject", ["sp14_d_dir_qaux_concat"])
+
+    # 4. ---- the wire gate: scale d_dir_qaux_concat[:, SH2] by ISV[393], after dW and dX ----
+    if site in w.scale_sites and w.scale_target != "none":
+        target, rows, ld = {
+            "d_concat": (d_concat, B, S2 + 1),
+            "x_concat": (concat, B, S2 + 1),
+            "dw_wire_col": (p.goff("w_b0fc"), d.ADV, S2 + 1),
+        }[w.scale_target]
+        rec.kernel(
+            f"sp14_scale_wire_col@{site}",
+            "sp14_scale_wire_col",  # writes target[:, col]
+            dx_concat=target,
+            isv=p.ptr("isv_signals"),
+            rows=rows,
+            ld=ld,
+            wire_col=S2 + w.scale_col_offset,
+            isv_index=ALPHA_GRAD_SMOOTHED_INDEX,
+        )
+    rec.checkpoint(f"{site}:after_scale", ["sp14_d_dir_qaux_concat", "grad_buf"])
+
+    # 5. d_h_s2 += d_concat_d[:, :SH2] for every branch; the wire column stays in d_concat
+    for b in range(len(BRANCHES)):
+        src = d_concat if b == 0 else p.ptr(f"sp14_d_b{b}_concat")
+        ld = d.branch_in(b)
+        if b == 0 and w.accumulate_dir_ld == "sh2":
+            ld = S2
+        rec.kernel(
+            f"accumulate_d_h_s2_from_concat[d={b}]@{site}",
+            "accumulate_d_h_s2_from_concat",  # writes d_h_s2 (+=)
+            d_h_s2=p.ptr("d_h_s2"),
+            d_concat=src,
+            rows=B,
+            sh2=S2,
+            ld_concat=ld,
+        )
+    rec.checkpoint(f"{site}:after_accumulate", ["d_h_s2"])
+
+    # 6. aux head: CE gradient (main site only), plus the gated wire gradient
+    if site == "main":
+        rec.kernel(
+            f"aux_ce_grad@{site}",
+            "aux_ce_grad",  # writes d_aux_logits
+            d_logits=p.ptr("d_aux_logits"),
+            p=p.ptr("aux_nb_softmax_buf"),
+            labels=p.ptr("aux_label"),
+            rows=B,
+            auxk=d.AUXK,
+            scale=p.hyper.lambda_aux / B,
+        )
+    else:
+        rec.memset_zero(f"zero_d_aux_logits@{site}", p.ptr("d_aux_logits"), B * d.AUXK)
+    rec.checkpoint(f"{site}:aux_before_wire", ["d_aux_logits"])
+    rec.kernel(
+        f"aux_wire_backward@{site}",
+        "aux_wire_backward",  # writes d_aux_logits (+=)
+        d_logits=p.ptr("d_aux_logits"),
+        p=p.ptr("aux_nb_softmax_buf"),
+        d_concat=d_concat,
+        rows=B,
+        auxk=d.AUXK,
+        ld=S2 + 1,
+        wire_col=S2,
+        up_idx=AUX_UP_INDEX,
+        down_idx=AUX_DOWN_INDEX,
+    )
+    rec.checkpoint(f"{site}:aux_after_wire", ["d_aux_logits"])
+    ones = p.ptr("ones_b")
+    gemm_colsum(
+        rec, f"backward_aux_db@{site}", p.goff("b_aux"), p.ptr("d_aux_logits"), ones, B, d.AUXK
+    )
+    gemm_dw(
+        rec,
+        f"backward_aux_dw@{site}",
+        p.goff("w_aux"),
+        p.ptr("d_aux_logits"),
+        p.ptr("save_h_s2"),
+        B,
+        d.AUXK,
+        S2,
+        ld_x=S2,
+        ld_dy=d.AUXK,
+        ld_dw=S2,
+    )
+    gemm_dx(
+        rec,
+        f"backward_aux_dx@{site}",
+        p.ptr("d_h_s2"),
+        p.ptr("d_aux_logits"),
+        p.poff("w_aux"),
+        B,
+        S2,
+        d.AUXK,
+        ld_w=S2,
+        ld_dy=d.AUXK,
+        ld_dx=S2,
+        beta=1.0,
+    )
+    rec.checkpoint(
+        f"{site}:trunk_entry",
+        [
+            "d_h_s2",
+            "d_v_hid",
+            "d_aux_logits",
+            "sp14_d_dir_qaux_concat",
+            *[f"sp14_d_b{b}_concat" for b in range(1, len(BRANCHES))],
+        ],
+    )
+    trunk_backward(p, site)
+
+
+def backward_full(
+    p: TrainerInstance, site: str, dq: str, dir_qaux_concat_ptr: int, d_dir_qaux_concat_ptr: int
+) -> None:
+    """Branch heads and value stream. With both trailing pointers 0 this is the legacy wrapper
+    path: the d = 0 branch falls back to K = SH2 on (save_h_s2, d_h_s2), dropping the wire."""
+    d, rec, w = p.dims, p.rec, p.wiring
+    B, S2 = d.B, d.SH2
+    wrapper = dir_qaux_concat_ptr == 0 and d_dir_qaux_concat_ptr == 0
+    pre = WRAPPER_PREFIX if wrapper else ""
+    ones = p.ptr("ones_b")
+    rec.memset_zero(f"{pre}zero_d_value@{site}", p.ptr("d_value"), B)
+    for b in range(len(BRANCHES)):
+        tag = f"[d={b}]@{site}"
+        d_adv, d_hid, hid = p.ptr(f"d_b{b}_adv"), p.ptr(f"d_b{b}_hid"), p.ptr(f"save_b{b}_hid")
+        rec.kernel(
+            f"{pre}dueling_backward{tag}",
+            "dueling_backward",  # writes d_adv, d_value +=
+            d_adv=d_adv,
+            d_value=p.ptr("d_value"),
+            dq=p.ptr(f"{dq}_b{b}"),
+            rows=B,
+            nact=d.A[b],
+        )
+        gemm_colsum(
+            rec, f"{pre}backward_branch_out_db{tag}", p.goff(f"b_b{b}out"), d_adv, ones, B, d.A[b]
+        )
+        gemm_dw(
+            rec,
+            f"{pre}backward_branch_out_dw{tag}",
+            p.goff(f"w_b{b}out"),
+            d_adv,
+            hid,
+            B,
+            d.A[b],
+            d.ADV,
+            ld_x=d.ADV,
+            ld_dy=d.A[b],
+            ld_dw=d.ADV,
+        )
+        gemm_dx(
+            rec,
+            f"{pre}backward_branch_out_dx{tag}",
+            d_hid,
+            d_adv,
+            p.poff(f"w_b{b}out"),
+            B,
+            d.ADV,
+            d.A[b],
+            ld_w=d.ADV,
+            ld_dy=d.A[b],
+            ld_dx=d.ADV,
+        )
+        rec.kernel(
+            f"{pre}relu_backward_branch{tag}",
+            "relu_backward",  # writes d_hid
+            dy=d_hid,
+            act=hid,
+            n=B * d.ADV,
+        )
+        gemm_colsum(
+            rec, f"{pre}backward_branch_db{tag}", p.goff(f"b_b{b}fc"), d_hid, ones, B, d.ADV
+        )
+        width = d.branch_in(b)
+        if b > 0:
+            x, dx, k_dw, k_dx, ld_x, ld_dx, beta = (
+                p.ptr(f"save_b{b}_concat"),
+                p.ptr(f"sp14_d_b{b}_concat"),
+                width,
+                width,
+                width,
+                width,
+                0.0,
+            )
+        elif wrapper:  # legacy: K = SH2 against LDA = SH2 + 1; dX straight into d_h_s2 (beta 0)
+            x, dx, k_dw, k_dx, ld_x, ld_dx, beta = (
+                p.ptr("save_h_s2"),
+                p.ptr("d_h_s2"),
+                S2,
+                S2,
+                S2,
+                S2,
+                0.0,
+            )
+        else:
+            # ---- B.10: dW from (dir_qaux_concat_ptr, SH2 + 1); dX into d_dir_qaux_concat ----
+            x, ld_x, k_dw = dir_qaux_concat_ptr, width, width
+            if w.dw_dir_x == "h_s2":  # the pre-B.10 dW: (save_h_s2, SH2)
+                x, ld_x, k_dw = p.ptr("save_h_s2"), S2, S2
+            dx, ld_dx, beta = d_dir_qaux_concat_ptr, width, 0.0
+            k_dx = S2 if w.dx_dir_k == "sh2" else width
+        gemm_dw(
+            rec,
+            f"{pre}backward_branch_dw{tag}",
+            p.goff(f"w_b{b}fc"),
+            d_hid,
+            x,
+            B,
+            d.ADV,
+            k_dw,
+            ld_x=ld_x,
+            ld_dy=d.ADV,
+            ld_dw=width,
+        )
+        gemm_dx(
+            rec,
+            f"{pre}backward_branch_dx{tag}",
+            dx,
+            d_hid,
+            p.poff(f"w_b{b}fc"),
+            B,
+            k_dx,
+            d.ADV,
+            ld_w=width,
+            ld_dy=d.ADV,
+            ld_dx=ld_dx,
+            beta=beta,
+        )
+
+    # value stream; its FC dX accumulates into d_h_s2 (beta = 1)
+    vtag = f"@{site}"
+    gemm_colsum(
+        rec, f"{pre}backward_value_out_db{vtag}", p.goff("b_v1"), p.ptr("d_value"), ones, B, 1
+    )
+    value_dw_base = "grad_buf" if w.value_dw_base == "grad_buf" else "target_params"
+    gemm_dw(
+        rec,
+        f"{pre}backward_value_out_dw{vtag}",
+        p.ptr(value_dw_base, "w_v1"),
+        p.ptr("d_value"),
+        p.ptr("save_v_hid"),
+        B,
+        1,
+        d.VALH,
+        ld_x=d.VALH,
+        ld_dy=1,
+        ld_dw=d.VALH,
+    )
+    gemm_dx(
+        rec,
+        f"{pre}backward_value_out_dx{vtag}",
+        p.ptr("d_v_hid"),
+        p.ptr("d_value"),
+        p.poff("w_v1"),
+        B,
+        d.VALH,
+        1,
+        ld_w=d.VALH,
+        ld_dy=1,
+        ld_dx=d.VALH,
+    )
+    rec.kernel(
+        f"{pre}relu_backward_value{vtag}",
+        "relu_backward",  # writes d_v_hid
+        dy=p.ptr("d_v_hid"),
+        act=p.ptr("save_v_hid"),
+        n=B * d.VALH,
+    )
+    gemm_colsum(
+        rec, f"{pre}backward_value_fc_db{vtag}", p.goff("b_v0"), p.ptr("d_v_hid"), ones, B, d.VALH
+    )
+    gemm_dw(
+        rec,
+        f"{pre}backward_value_fc_dw{vtag}",
+        p.goff("w_v0"),
+        p.ptr("d_v_hid"),
+        p.ptr("save_h_s2"),
+        B,
+        d.VALH,
+        S2,
+        ld_x=S2,
+        ld_dy=d.VALH,
+        ld_dw=S2,
+    )
+    gemm_dx(
+        rec,
+        f"{pre}backward_value_fc_dx{vtag}",
+        p.ptr("d_h_s2"),
+        p.ptr("d_v_hid"),
+        p.poff("w_v0"),
+        B,
+        S2,
+        d.VALH,
+        ld_w=S2,
+        ld_dy=d.VALH,
+        ld_dx=S2,
+        beta=1.0,
+    )
+
+
+def trunk_backward(p: TrainerInstance, site: str) -> None:
+    d, rec = p.dims, p.rec
+    B, S2, ones = d.B, d.SH2, p.ptr("ones_b")
+    rec.kernel(
+        f"relu_backward_s2@{site}",
+        "relu_backward",  # writes d_h_s2
+        dy=p.ptr("d_h_s2"),
+        act=p.ptr("save_h_s2"),
+        n=B * S2,
+    )
+    gemm_colsum(rec, f"backward_s2_db@{site}", p.goff("b_s2"), p.ptr("d_h_s2"), ones, B, S2)
+    gemm_dw(
+        rec,
+        f"backward_s2_dw@{site}",
+        p.goff("w_s2"),
+        p.ptr("d_h_s2"),
+        p.ptr("save_h_s1"),
+        B,
+        S2,
+        d.SH1,
+        ld_x=d.SH1,
+        ld_dy=S2,
+        ld_dw=d.SH1,
+    )
+    gemm_dx(
+        rec,
+        f"backward_s2_dx@{site}",
+        p.ptr("d_h_s1"),
+        p.ptr("d_h_s2"),
+        p.poff("w_s2"),
+        B,
+        d.SH1,
+        S2,
+        ld_w=d.SH1,
+        ld_dy=S2,
+        ld_dx=d.SH1,
+    )
+    rec.kernel(
+        f"relu_backward_s1@{site}",
+        "relu_backward",  # writes d_h_s1
+        dy=p.ptr("d_h_s1"),
+        act=p.ptr("save_h_s1"),
+        n=B * d.SH1,
+    )
+    gemm_colsum(rec, f"backward_s1_db@{site}", p.goff("b_s1"), p.ptr("d_h_s1"), ones, B, d.SH1)
+    gemm_dw(
+        rec,
+        f"backward_s1_dw@{site}",
+        p.goff("w_s1"),
+        p.ptr("d_h_s1"),
+        p.ptr("obs"),
+        B,
+        d.SH1,
+        d.OBS,
+        ld_x=d.OBS,
+        ld_dy=d.SH1,
+        ld_dw=d.OBS,
+    )

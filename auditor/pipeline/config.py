@@ -1,0 +1,245 @@
+"""Dimensions, hyper-parameters and presets of the audited SP14 trainer.
+
+A run is configured by a preset (`ci`, `prod`), optionally overridden by a TOML file:
+
+    preset = "ci"
+    seed = 7
+    [dims]
+    B = 128
+    [hyper]
+    gamma = 0.97
+
+Every error is a `ConfigError` whose message is one line naming the key or file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from egf_audit.errors import UsageError
+from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+
+# Sizes above this are refused as absurd: one [B, SH2+1] fp32 buffer would pass 16 GiB.
+MAX_ELEMENTS_PER_BUFFER = 1 << 32
+MAX_DIM = 1 << 20
+
+
+class ConfigError(UsageError):
+    """A bad preset, config file or config key: exit code 2."""
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Widths of the trainer; names follow the trainer's constants."""
+
+    B: int  # batch rows
+    OBS: int  # observation width
+    SH1: int  # trunk layer 1 width
+    SH2: int  # trunk layer 2 width (h_s2)
+    AUXK: int  # aux head classes (down, flat, up)
+    ADV: int  # branch hidden width (adv_h)
+    VALH: int  # value-stream hidden width
+    A: tuple[int, int, int, int]  # actions per branch: dir, mag, ord, urg
+    E: tuple[int, int, int, int]  # extra concat columns per branch (E[0] is the wire)
+    N_ISV: int  # length of the ISV signal buffer
+
+    def branch_in(self, d: int) -> int:
+        """Input width of branch d's first FC: `[h_s2 | extra_d]`."""
+        return self.SH2 + self.E[d]
+
+
+@dataclass(frozen=True)
+class Hyper:
+    gamma: float = 0.99
+    huber_kappa: float = 1.0
+    lambda_cql: float = 0.1
+    lambda_aux: float = 0.5
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    tau: float = 0.005
+    sigma_max: float = 1.0
+    gate_ema: float = 0.9  # EMA decay of the smoothed gate written to ISV[393]
+
+
+@dataclass(frozen=True)
+class Config:
+    preset: str
+    seed: int
+    dims: Dims
+    hyper: Hyper = field(default_factory=Hyper)
+
+    def as_dict(self) -> dict:
+        return {
+            "preset": self.preset,
+            "seed": self.seed,
+            "dims": dataclasses.asdict(self.dims),
+            "hyper": dataclasses.asdict(self.hyper),
+        }
+
+
+PRESETS: dict[str, Dims] = {
+    "ci": Dims(
+        B=64,
+        OBS=32,
+        SH1=64,
+        SH2=48,
+        AUXK=3,
+        ADV=32,
+        VALH=32,
+        A=(3, 5, 3, 3),
+        E=(1, 2, 1, 1),
+        N_ISV=512,
+    ),
+    "prod": Dims(
+        B=4096,
+        OBS=128,
+        SH1=1024,
+        SH2=512,
+        AUXK=3,
+        ADV=256,
+        VALH=256,
+        A=(3, 5, 3, 3),
+        E=(1, 2, 1, 1),
+        N_ISV=512,
+    ),
+}
+DEFAULT_SEED = 0
+
+_TUPLE_DIMS = {"A", "E"}
+_TOP_KEYS = {"preset", "seed", "dims", "hyper"}
+
+
+def _check_int(key: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"config key {key} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"config key {key} must be >= {minimum}, got {value}")
+    if value > MAX_DIM:
+        raise ConfigError(f"config key {key} = {value} is absurdly large (limit {MAX_DIM})")
+    return value
+
+
+def _check_float(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"config key {key} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"config key {key} must be finite, got {value}")
+    return value
+
+
+def validate_dims(dims: Dims) -> Dims:
+    """Reject shapes the trainer cannot have. Returns dims unchanged."""
+    for f in dataclasses.fields(Dims):
+        value = getattr(dims, f.name)
+        if f.name in _TUPLE_DIMS:
+            if not isinstance(value, tuple) or len(value) != 4:
+                raise ConfigError(f"config key dims.{f.name} must be a list of 4 integers")
+            for i, item in enumerate(value):
+                _check_int(f"dims.{f.name}[{i}]", item)
+        else:
+            _check_int(f"dims.{f.name}", value)
+    if dims.AUXK < 3:
+        raise ConfigError(f"config key dims.AUXK must be >= 3 (down, flat, up), got {dims.AUXK}")
+    if dims.N_ISV <= ALPHA_GRAD_SMOOTHED_INDEX:
+        raise ConfigError(
+            f"config key dims.N_ISV must exceed ALPHA_GRAD_SMOOTHED_INDEX = "
+            f"{ALPHA_GRAD_SMOOTHED_INDEX}, got {dims.N_ISV}"
+        )
+    if dims.E[0] != 1:
+        raise ConfigError(f"config key dims.E[0] must be 1 (the wire column), got {dims.E[0]}")
+    widest = max(dims.SH1, dims.SH2 + max(dims.E), dims.OBS, dims.ADV, dims.VALH)
+    if dims.B * widest > MAX_ELEMENTS_PER_BUFFER:
+        raise ConfigError(
+            f"config dims B={dims.B} x width {widest} is absurdly large "
+            f"(more than {MAX_ELEMENTS_PER_BUFFER} elements in one buffer)"
+        )
+    return dims
+
+
+def validate_hyper(hyper: Hyper) -> Hyper:
+    for name in ("gamma", "lambda_cql", "lambda_aux", "tau", "gate_ema", "beta1", "beta2"):
+        value = getattr(hyper, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"config key hyper.{name} must lie in [0, 1], got {value}")
+    for name in ("huber_kappa", "lr", "eps", "sigma_max"):
+        if getattr(hyper, name) <= 0.0:
+            raise ConfigError(f"config key hyper.{name} must be > 0, got {getattr(hyper, name)}")
+    return hyper
+
+
+def preset_config(preset: str = "ci", seed: int = DEFAULT_SEED) -> Config:
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+    return Config(preset=preset, seed=seed, dims=PRESETS[preset])
+
+
+def _override_dims(base: Dims, table: object) -> Dims:
+    if not isinstance(table, dict):
+        raise ConfigError("config key dims must be a table")
+    known = {f.name for f in dataclasses.fields(Dims)}
+    changes: dict[str, object] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"unknown config key dims.{key} (known: {', '.join(sorted(known))})")
+        if key in _TUPLE_DIMS:
+            if not isinstance(value, list) or len(value) != 4:
+                raise ConfigError(f"config key dims.{key} must be a list of 4 integers")
+            changes[key] = tuple(_check_int(f"dims.{key}[{i}]", v) for i, v in enumerate(value))
+        else:
+            changes[key] = _check_int(f"dims.{key}", value)
+    return validate_dims(dataclasses.replace(base, **changes))
+
+
+def _override_hyper(base: Hyper, table: object) -> Hyper:
+    if not isinstance(table, dict):
+        raise ConfigError("config key hyper must be a table")
+    known = {f.name for f in dataclasses.fields(Hyper)}
+    changes = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"unknown config key hyper.{key} (known: {', '.join(sorted(known))})")
+        changes[key] = _check_float(f"hyper.{key}", value)
+    return validate_hyper(dataclasses.replace(base, **changes))
+
+
+def config_from_mapping(data: dict, preset: str | None = None, seed: int | None = None) -> Config:
+    """Build a Config from a parsed TOML mapping; explicit preset/seed arguments win."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"unknown config key {key} (known: {', '.join(sorted(_TOP_KEYS))})")
+    chosen = preset or data.get("preset", "ci")
+    if not isinstance(chosen, str):
+        raise ConfigError(f"config key preset must be a string, got {chosen!r}")
+    raw_seed = seed if seed is not None else data.get("seed", DEFAULT_SEED)
+    base = preset_config(chosen, _check_int("seed", raw_seed, minimum=0))
+    dims = _override_dims(base.dims, data["dims"]) if "dims" in data else base.dims
+    hyper = _override_hyper(base.hyper, data["hyper"]) if "hyper" in data else base.hyper
+    return Config(preset=base.preset, seed=base.seed, dims=dims, hyper=hyper)
+
+
+def load_config(
+    path: str | Path | None = None, preset: str | None = None, seed: int | None = None
+) -> Config:
+    """The run's config: the preset (default `ci`), overridden by the TOML file at `path`."""
+    if path is None:
+        base = preset_config(preset or "ci", _check_int("seed", seed or 0, minimum=0))
+        return base
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return config_from_mapping(data, preset=preset, seed=seed)

@@ -1,0 +1,46 @@
+"""Backends run launches on real buffers: `cuda` (CuPy + cuBLAS) and `cpu` (the same kernel
+sources compiled by the host compiler, GEMMs through torch). `select_backend` implements
+`--device auto|cuda|cpu`."""
+
+from __future__ import annotations
+
+from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.runtime.backends.base import Backend
+from egf_audit.runtime.kernel_sources import KernelSet
+
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def cuda_usable() -> tuple[bool, str]:
+    """Whether a GPU and CuPy really work here (an import alone proves nothing), and why not."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return False, "no CUDA device"
+        probe = cupy.arange(4, dtype=cupy.float32) * 2
+        if float(probe.sum()) != 12.0:
+            return False, "a CuPy probe computed a wrong result"
+        from cupy_backends.cuda.libs import cublas  # noqa: F401
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return True, ""
+
+
+def select_backend(device: str, kernel_set: KernelSet) -> Backend:
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
+    if device in ("auto", "cuda"):
+        ok, why = cuda_usable()
+        if ok:
+            from egf_audit.runtime.backends.cuda import CudaBackend
+
+            return CudaBackend(kernel_set)
+        if device == "cuda":
+            raise AuditEnvironmentError(f"--device cuda asked for, but no usable GPU: {why}")
+    from egf_audit.runtime.backends.cpu import CpuBackend
+
+    return CpuBackend(kernel_set)
+
+
+__all__ = ["DEVICES", "Backend", "cuda_usable", "select_backend"]

@@ -1,0 +1,246 @@
+"""The CUDA backend: CuPy buffers, kernels from kernels/*.cu through `cupy.RawModule`, GEMMs through
+`cupy_backends.cuda.libs.cublas.sgemm` on raw pointers, exactly as the trainer calls cuBLAS.
+TF32 stays off: the handle's math mode is CUBLAS_DEFAULT_MATH."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import cupy
+import numpy as np
+from cupy_backends.cuda.libs import cublas
+
+from egf_audit.errors import AuditEnvironmentError
+from egf_audit.kernels import KernelSpec
+from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
+from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
+
+_DTYPES = {"f32": np.float32, "i32": np.int32}
+_SCALARS = {"int": np.int32, "float": np.float32, "long long": np.int64}
+_OPS = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
+NVRTC_OPTIONS = ("-std=c++17",)
+CAPTURE_WORKSPACE_BYTES = 32 << 20
+SNAPSHOT_ALIGN = 256  # bytes; every copy in a checkpoint's allocation starts aligned
+
+
+def _nvrtc_errors(log: str) -> str:
+    """NVRTC's `path(7): error: ...` as `path:7: error: ...` (the form g++ prints), without its
+    note about the temporary file it compiled."""
+    lines = [
+        re.sub(r"^(.*?)\((\d+)\): (error|warning)", r"\1:\2: \3", ln.strip())
+        for ln in log.splitlines()
+    ]
+    errors = [ln for ln in lines if ": error" in ln][:6]
+    return " | ".join(errors) or log.strip()[:400]
+
+
+@cache
+def _libcublas() -> ctypes.CDLL:
+    """The libcublas this process already loaded for CuPy (its cuBLAS calls and ours must share
+    one library, one handle)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if re.search(r"/libcublas\.so[.\d]*$", path):
+                return ctypes.CDLL(path)
+    return ctypes.CDLL("libcublas.so")
+
+
+@cache
+def _module(path: str, text: str) -> cupy.RawModule:
+    """One memoized RawModule per distinct source (the cache key is the text itself)."""
+    return cupy.RawModule(code=f'#line 1 "{path}"\n{text}', options=NVRTC_OPTIONS)
+
+
+def load_function(source: KernelSource) -> Any:
+    try:
+        module = _module(source.path, source.text)
+        return module.get_function(source.spec.name)
+    except cupy.cuda.compiler.CompileException as exc:
+        raise AuditEnvironmentError(
+            f"kernel {source.path} does not compile: {_nvrtc_errors(str(exc))}"
+        ) from None
+    except cupy.cuda.driver.CUDADriverError as exc:
+        raise AuditEnvironmentError(f"kernel {source.path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """One buffer's bytes inside a checkpoint's single device allocation."""
+
+    flat: cupy.ndarray  # uint8, shared by every buffer of the checkpoint
+    offset: int
+    nbytes: int
+    dtype: np.dtype
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, kernel_set: KernelSet):
+        self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
+        self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
+        self._workspace: cupy.ndarray | None = None  # set by prepare_capture()
+        self._raw_sgemm: Any = None
+        self.handle = cupy.cuda.device.get_cublas_handle()
+        self.use_stream(cupy.cuda.get_current_stream())
+        cublas.setMathMode(self.handle, cublas.CUBLAS_DEFAULT_MATH)  # no TF32
+        cublas.setPointerMode(self.handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        self._alpha = np.zeros(1, np.float32)
+        self._beta = np.zeros(1, np.float32)
+
+    def use_stream(self, stream: cupy.cuda.Stream) -> None:
+        """Run every later launch on `stream` (CUDA-graph capture needs a non-default one)."""
+        self.stream = stream
+        cublas.setStream(self.handle, stream.ptr)
+        if self._workspace is not None:  # cublasSetStream drops a user workspace: set it again
+            self._set_workspace()
+
+    def prepare_capture(self) -> None:
+        """Make SGEMMs capturable in a CUDA graph. CuPy's cuBLAS wrapper refuses calls while a
+        stream captures, so SGEMMs go to the same cublasSgemm_v2 entry point through ctypes,
+        with a fixed workspace so that cuBLAS allocates nothing during the capture."""
+        lib = _libcublas()
+        self._raw_sgemm = lib.cublasSgemm_v2
+        self._raw_sgemm.restype = ctypes.c_int
+        self._raw_sgemm.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ]
+        self._workspace = cupy.empty(CAPTURE_WORKSPACE_BYTES, dtype=cupy.uint8)
+        self._set_workspace()
+
+    def _set_workspace(self) -> None:
+        status = _libcublas().cublasSetWorkspace_v2(
+            ctypes.c_void_p(self.handle),
+            ctypes.c_void_p(self._workspace.data.ptr),
+            ctypes.c_size_t(self._workspace.nbytes),
+        )
+        if status != 0:
+            raise AuditEnvironmentError(f"cublasSetWorkspace_v2 failed with status {status}")
+
+    # ---- memory ----
+    def alloc(self, spec: BufferSpec) -> int:
+        array = cupy.zeros(spec.size, dtype=_DTYPES[spec.dtype])
+        self._buffers[array.data.ptr] = array
+        return array.data.ptr
+
+    def free(self, ptr: int) -> None:
+        self.synchronize()
+        del self._buffers[ptr]
+
+    def read(self, ptr: int) -> np.ndarray:
+        self.synchronize()
+        return cupy.asnumpy(self._buffers[ptr])
+
+    def snapshot(self, ptrs: Sequence[int]) -> list[DeviceCopy]:
+        """One allocation for the whole checkpoint and one device-to-device copy per buffer,
+        queued on the pipeline's stream after every launch so far: no host round trip, and no
+        CuPy array made per buffer."""
+        sources = [self._buffers[p] for p in ptrs]
+        spans = [-(-a.nbytes // SNAPSHOT_ALIGN) * SNAPSHOT_ALIGN for a in sources]
+        with self.stream:  # the pool orders reuse of this block on the same stream
+            flat = cupy.empty(sum(spans), dtype=cupy.uint8)
+        copies, offset = [], 0
+        for array, span in zip(sources, spans, strict=True):
+            cupy.cuda.runtime.memcpyAsync(
+                flat.data.ptr + offset,
+                array.data.ptr,
+                array.nbytes,
+                cupy.cuda.runtime.memcpyDeviceToDevice,
+                self.stream.ptr,
+            )
+            copies.append(DeviceCopy(flat, offset, array.nbytes, array.dtype))
+            offset += span
+        return copies
+
+    def to_host(self, copy: DeviceCopy) -> np.ndarray:
+        self.synchronize()
+        raw = cupy.asnumpy(copy.flat[copy.offset : copy.offset + copy.nbytes])
+        return raw.view(copy.dtype)
+
+    def _view(self, ptr: int, count: int, stride: int, dtype: type) -> cupy.ndarray:
+        nbytes = ((count - 1) * stride + 1) * ELEMENT_BYTES
+        mem = cupy.cuda.UnownedMemory(ptr, nbytes, self)
+        return cupy.ndarray(
+            (count,), dtype, cupy.cuda.MemoryPointer(mem, 0), strides=(stride * ELEMENT_BYTES,)
+        )
+
+    def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
+        values = np.ascontiguousarray(values).ravel()
+        dtype = np.int32 if values.dtype.kind in "iu" else np.float32
+        with self.stream:
+            self._view(ptr, values.size, stride, dtype)[...] = cupy.asarray(values.astype(dtype))
+
+    def memset_zero(self, ptr: int, count: int) -> None:
+        cupy.cuda.runtime.memsetAsync(ptr, 0, count * ELEMENT_BYTES, self.stream.ptr)
+
+    def copy(self, dst: int, src: int, count: int) -> None:
+        cupy.cuda.runtime.memcpyAsync(
+            dst, src, count * ELEMENT_BYTES, cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr
+        )
+
+    # ---- compute ----
+    def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+        self._alpha[0], self._beta[0] = alpha, beta
+        args = (
+            self.handle,
+            _OPS[transa],
+            _OPS[transb],
+            m,
+            n,
+            k,
+            self._alpha.ctypes.data,
+            a,
+            lda,
+            b,
+            ldb,
+            self._beta.ctypes.data,
+            c,
+            ldc,
+        )
+        if self._raw_sgemm is None:
+            cublas.sgemm(*args)
+            return
+        status = self._raw_sgemm(*args)  # the capture-safe path (prepare_capture)
+        if status != 0:
+            raise AuditEnvironmentError(f"cublasSgemm_v2 failed with status {status}")
+
+    def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
+        packed = tuple(
+            np.uint64(v) if t.endswith("*") else _SCALARS[t](v)
+            for (_, t), v in zip(spec.params, args, strict=True)
+        )
+        self._functions[spec.name]((blocks,), (threads,), packed, stream=self.stream)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def info(self) -> dict[str, str]:
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return {
+            "backend": "cuda",
+            "device": name,
+            "cupy": cupy.__version__,
+            "cuda_runtime": str(cupy.cuda.runtime.runtimeGetVersion()),
+            "cublas": str(cublas.getVersion(self.handle)),
+            "math_mode": "CUBLAS_DEFAULT_MATH (TF32 off)",
+        }

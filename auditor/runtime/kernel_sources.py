@@ -1,0 +1,190 @@
+"""Which kernel sources a run audits: the bundled ones, a trainer's own (`--kernels DIR`), and the
+source patches of kernel faults. Every source is checked before any backend compiles it: its
+`extern "C"` entry point must match the ABI signature, and it must be plain per-thread code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from egf_audit.errors import AuditEnvironmentError
+from egf_audit.kernels import KERNELS, KERNELS_BY_FILE, KernelSpec, bundled_source
+
+# Constructs the CPU backend cannot run faithfully (it runs one thread at a time).
+UNSUPPORTED = {
+    "__syncthreads": "block-wide barrier",
+    "__syncwarp": "warp barrier",
+    "__shared__": "shared memory",
+    "__shfl": "warp shuffle",
+    "__ballot": "warp vote",
+    "__any_sync": "warp vote",
+    "__all_sync": "warp vote",
+    "__activemask": "warp intrinsic",
+    "__threadfence": "memory fence",
+    "cooperative_groups": "cooperative groups",
+    "warpSize": "warp size",
+    "asm(": "inline PTX",
+    "asm volatile": "inline PTX",
+    "atomicCAS": "compare-and-swap atomics",
+    "atomicExch": "exchange atomics",
+}
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    spec: KernelSpec
+    text: str
+    origin: str  # "bundled", "kernels-dir" or "fault:<name>"
+    path: str  # shown in the document: "kernels/<file>" or the file's path under DIR
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def _strip_comments(text: str) -> str:
+    """Comments blanked out, line structure kept, so line numbers stay right."""
+
+    def blank(m: re.Match) -> str:
+        return re.sub(r"[^\n]", " ", m.group(0))
+
+    return re.sub(r"//[^\n]*|/\*.*?\*/", blank, text, flags=re.S)
+
+
+def _normalise_type(t: str) -> str:
+    t = re.sub(r"\b(__restrict__|__restrict|restrict)\b", "", t)
+    t = re.sub(r"\bfloat\s+const\b", "const float", t)
+    t = re.sub(r"\bint\s+const\b", "const int", t)
+    t = re.sub(r"\bsigned\b\s*", "", t)
+    t = re.sub(r"\blong\s+long\s+int\b", "long long", t)
+    t = re.sub(r"\s*\*\s*", "*", t)
+    t = re.sub(r"\*const\b", "*", t)
+    return re.sub(r"\s+", " ", t).strip()
+
+
+def _param_type(decl: str) -> str:
+    decl = decl.strip()
+    m = re.match(r"(.*?[\s\*])([A-Za-z_]\w*)\s*$", decl)
+    return _normalise_type(m.group(1) if m else decl)
+
+
+# `__global__ void NAME(`, with `__launch_bounds__(...)` allowed before or after `void`
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+_GLOBAL = r"__global__\s+" + _BOUNDS + r"void\s+" + _BOUNDS
+
+
+def _definition(code: str, name: str) -> re.Match | None:
+    return re.search(_GLOBAL + re.escape(name) + r"\s*\(([^)]*)\)", code, re.S)
+
+
+def _has_c_linkage(code: str, at: int) -> bool:
+    """`extern "C"` right before the kernel at `at`, or an `extern "C" { ... }` block open there."""
+    if re.search(r'extern\s+"C"\s*$', code[:at]):
+        return True
+    for block in re.finditer(r'extern\s+"C"\s*\{', code[:at]):
+        inner = code[block.end() : at]
+        if inner.count("{") >= inner.count("}"):  # the block's own brace is still open
+            return True
+    return False
+
+
+def expected_signature(spec: KernelSpec) -> str:
+    args = ", ".join(f"{t} {n}" for n, t in spec.params)
+    return f'extern "C" __global__ void {spec.name}({args})'
+
+
+def check_source(spec: KernelSpec, text: str, path: str) -> None:
+    """Raise AuditEnvironmentError naming file and line for a wrong entry point or an
+    unsupported construct."""
+    code = _strip_comments(text)
+    for lineno, line in enumerate(code.splitlines(), start=1):
+        for token, what in UNSUPPORTED.items():
+            if token in line:
+                raise AuditEnvironmentError(
+                    f"{path}:{lineno}: `{token}` ({what}) is not supported: kernels must be plain "
+                    "per-thread code so the CPU backend can run the same source"
+                )
+    m = _definition(code, spec.name)
+    if m is None:
+        defined = ", ".join(f"`{n}`" for n in re.findall(_GLOBAL + r"(\w+)\s*\(", code))
+        found_note = f" (it defines {defined})" if defined else ""
+        raise AuditEnvironmentError(
+            f"{path}: no entry point `{spec.name}`{found_note}; expected {expected_signature(spec)}"
+        )
+    lineno = code.count("\n", 0, m.start()) + 1
+    if not _has_c_linkage(code, m.start()):
+        raise AuditEnvironmentError(
+            f'{path}:{lineno}: entry point `{spec.name}` is not declared extern "C" (its symbol '
+            f"would be C++-mangled); expected {expected_signature(spec)}"
+        )
+    found = [_param_type(p) for p in m.group(1).split(",") if p.strip()]
+    wanted = [_normalise_type(t) for _, t in spec.params]
+    if found != wanted:
+        raise AuditEnvironmentError(
+            f"{path}:{lineno}: entry point `{spec.name}` has parameter types ({', '.join(found)}); "
+            f"expected {expected_signature(spec)}"
+        )
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    sources: tuple[KernelSource, ...]
+    ignored: tuple[str, ...] = ()  # .cu files in DIR that are no known kernel
+
+    def source(self, name: str) -> KernelSource:
+        for s in self.sources:
+            if s.spec.name == name:
+                return s
+        raise KeyError(name)
+
+    def with_patch(self, file: str, old: str, new: str, fault: str) -> KernelSet:
+        """The same set with one source edited the way a fault edits it. The patch must apply:
+        a fault that does not change the code would prove nothing."""
+        out = []
+        for s in self.sources:
+            if s.spec.file == file:
+                if old not in s.text:
+                    raise AuditEnvironmentError(
+                        f"fault {fault} cannot be applied to {s.path}: "
+                        "the code it edits is not there"
+                    )
+                s = KernelSource(s.spec, s.text.replace(old, new), f"fault:{fault}", s.path)
+            out.append(s)
+        return KernelSet(tuple(out), self.ignored)
+
+
+def load_kernel_set(kernels_dir: str | Path | None = None) -> KernelSet:
+    """The bundled kernels, with any same-named file from `kernels_dir` in their place."""
+    replaced: dict[str, Path] = {}
+    ignored: list[str] = []
+    if kernels_dir is not None:
+        root = Path(kernels_dir)
+        if not root.is_dir():
+            raise AuditEnvironmentError(f"--kernels {root}: no such directory")
+        for path in sorted(root.glob("*.cu")):
+            if path.name in KERNELS_BY_FILE:
+                replaced[path.name] = path
+            else:
+                ignored.append(path.name)
+        if not replaced:
+            raise AuditEnvironmentError(
+                f"--kernels {root}: holds no known kernel file (expected names like "
+                f"{KERNELS[0].file}; see kernels/README.md)"
+            )
+    sources = []
+    for spec in KERNELS:
+        if spec.file in replaced:
+            path = replaced[spec.file]
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise AuditEnvironmentError(f"{path}: cannot be read: {exc}") from None
+            src = KernelSource(spec, text, "kernels-dir", str(path))
+        else:
+            src = KernelSource(spec, bundled_source(spec.file), "bundled", f"kernels/{spec.file}")
+        check_source(spec, src.text, src.path)
+        sources.append(src)
+    return KernelSet(tuple(sources), tuple(ignored))

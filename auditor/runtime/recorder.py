@@ -1,0 +1,211 @@
+"""The one interface every launch goes through: SGEMM, kernel, memset, copy, upload.
+
+Instrumented mode records each launch in order with its raw arguments, resolves every pointer to
+(buffer, region, tensor), and takes snapshots at named checkpoints. An out-of-bounds launch is
+recorded and NOT executed, so the audit reports it instead of corrupting memory. Plain mode runs
+the same calls with all of that off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
+from egf_audit.runtime.backends.base import Backend
+from egf_audit.runtime.memory import AddressMap, Layout
+from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace
+
+
+def gemm_operand_boxes(
+    transa: str, transb: str, m: int, n: int, k: int, lda: int, ldb: int, ldc: int
+) -> dict[str, tuple[int, int, int]]:
+    """(rows, width, ld) of A, B and C as row-major boxes. A column-major operand stored as
+    (r x c) with leading dimension ld is, row-major, c rows of r elements with row stride ld."""
+    a_stored = (m, k) if transa == "N" else (k, m)
+    b_stored = (k, n) if transb == "N" else (n, k)
+    return {
+        "A": (a_stored[1], a_stored[0], lda),
+        "B": (b_stored[1], b_stored[0], ldb),
+        "C": (n, m, ldc),
+    }
+
+
+class Recorder:
+    def __init__(
+        self,
+        backend: Backend,
+        address_map: AddressMap,
+        layout: Layout,
+        instrumented: bool = True,
+        scenario: str = "plain",
+        capture_inputs_of: frozenset[str] = frozenset(),
+    ):
+        self.backend = backend
+        self.amap = address_map
+        self.layout = layout
+        self.instrumented = instrumented
+        self.capture_inputs_of = capture_inputs_of
+        self.step = 0
+        # Every step repeats the same launches with the same pointers: a binding is computed
+        # once per distinct (role, pointer, access, box) and shared (Binding is immutable), and
+        # a launch's bindings once per distinct set of the arguments they depend on.
+        self._bindings: dict[tuple, Binding] = {}
+        self._launch_bindings: dict[tuple, tuple[Binding, ...]] = {}
+        self.trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
+
+    # ---- binding ----
+    def _bind(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
+        key = (role, ptr, access, box)
+        binding = self._bindings.get(key)
+        if binding is None:
+            binding = self._bindings[key] = self._resolve(role, ptr, access, box)
+        return binding
+
+    def _resolve(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
+        rel, rows, width, ld = box
+        where = self.amap.resolve(ptr)
+        if where is None:
+            return Binding(role, ptr, access, None, None, None, ptr == 0 and rows * width == 0)
+        buffer, offset = where
+        spec = self.layout.buffer(buffer)
+        region = Region(buffer, offset + rel, rows, width, ld)
+        tensor = spec.tensor_at(region.offset)
+        in_bounds = (
+            region.offset >= 0
+            and rows >= 0
+            and width >= 0
+            and region.last <= spec.size
+            and (rows <= 1 or ld >= width)
+        )
+        shape = (tensor.offset, tensor.rows, tensor.cols) if tensor else None
+        return Binding(role, ptr, access, region, tensor.name if tensor else None, shape, in_bounds)
+
+    def _record(self, kind: str, name: str, label: str, args: dict, bindings: tuple) -> bool:
+        """Append the launch; True when it may execute."""
+        executed = all(b.in_bounds for b in bindings)
+        if self.instrumented:
+            if label in self.capture_inputs_of and executed:
+                self._capture_inputs(label, bindings)
+            launch = Launch(
+                len(self.trace.launches), self.step, kind, name, label, args, bindings, executed
+            )
+            self.trace.launches.append(launch)
+        return executed or not self.instrumented
+
+    def _capture_inputs(self, label: str, bindings: tuple[Binding, ...]) -> None:
+        buffers = sorted({b.region.buffer for b in bindings if b.reads and b.region})
+        self.trace.snapshots[(self.step, f"input:{label}")] = self._snapshot(buffers)
+
+    # ---- launches ----
+    def sgemm(
+        self,
+        label: str,
+        transa: str,
+        transb: str,
+        m: int,
+        n: int,
+        k: int,
+        alpha: float,
+        a: int,
+        lda: int,
+        b: int,
+        ldb: int,
+        beta: float,
+        c: int,
+        ldc: int,
+    ) -> None:
+        bindings: tuple[Binding, ...] = ()
+        args = {
+            "transa": transa,
+            "transb": transb,
+            "m": m,
+            "n": n,
+            "k": k,
+            "alpha": alpha,
+            "A": a,
+            "lda": lda,
+            "B": b,
+            "ldb": ldb,
+            "beta": beta,
+            "C": c,
+            "ldc": ldc,
+        }
+        if self.instrumented:
+            c_access = "w" if beta == 0.0 else "rw"
+            key = ("sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc, c_access)
+            bindings = self._launch_bindings.get(key)
+            if bindings is None:
+                boxes = gemm_operand_boxes(transa, transb, m, n, k, lda, ldb, ldc)
+                bindings = self._launch_bindings[key] = (
+                    self._bind("A", a, "r", (0, *boxes["A"])),
+                    self._bind("B", b, "r", (0, *boxes["B"])),
+                    self._bind("C", c, c_access, (0, *boxes["C"])),
+                )
+        if self._record("sgemm", "sgemm", label, args, bindings):
+            self.backend.sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def kernel(self, label: str, name: str, **args: Any) -> None:
+        spec = KERNELS_BY_NAME[name]
+        values = [args[p] for p, _ in spec.params]
+        threads = spec.threads(args)
+        blocks = blocks_for(threads)
+        bindings: tuple[Binding, ...] = ()
+        if self.instrumented:
+            # Boxes depend on pointers and integer arguments only, never on float ones (Adam's
+            # bias corrections change every step and would defeat the memo).
+            key = (name, *(args[p] for p in spec.layout_params))
+            bindings = self._launch_bindings.get(key)
+            if bindings is None:
+                bindings = self._launch_bindings[key] = tuple(
+                    self._bind(a.param, args[a.param], a.mode, a.box(args)) for a in spec.accesses
+                )
+        recorded = dict(args, grid=blocks, block=THREADS_PER_BLOCK)
+        if self._record("kernel", name, label, recorded, bindings):
+            self.backend.launch(spec, blocks, THREADS_PER_BLOCK, values)
+
+    def memset_zero(self, label: str, ptr: int, count: int) -> None:
+        bindings = (self._bind("dst", ptr, "w", (0, 1, count, count)),) if self.instrumented else ()
+        if self._record(
+            "memset", "memset", label, {"dst": ptr, "value": 0, "count": count}, bindings
+        ):
+            self.backend.memset_zero(ptr, count)
+
+    def copy(self, label: str, dst: int, src: int, count: int) -> None:
+        bindings: tuple[Binding, ...] = ()
+        if self.instrumented:
+            bindings = (
+                self._bind("dst", dst, "w", (0, 1, count, count)),
+                self._bind("src", src, "r", (0, 1, count, count)),
+            )
+        if self._record("copy", "copy", label, {"dst": dst, "src": src, "count": count}, bindings):
+            self.backend.copy(dst, src, count)
+
+    def upload(self, label: str, dst: int, values: np.ndarray, stride: int = 1) -> None:
+        """A host-to-device write (batch, forced gate, injected values): a recorded launch too."""
+        values = np.asarray(values)
+        count = int(values.size)
+        bindings = ()
+        if self.instrumented:
+            bindings = (self._bind("dst", dst, "w", (0, count, 1, stride)),)
+        if self._record(
+            "copy", "upload", label, {"dst": dst, "count": count, "stride": stride}, bindings
+        ):
+            self.backend.upload(dst, values, stride)
+
+    def checkpoint(self, name: str, buffers: list[str] | tuple[str, ...], **meta: Any) -> None:
+        if not self.instrumented:
+            return
+        self.trace.launches.append(
+            Launch(len(self.trace.launches), self.step, "checkpoint", name, name, dict(meta))
+        )
+        self.trace.snapshots[(self.step, name)] = self._snapshot(buffers)
+
+    def _snapshot(self, buffers: list[str] | tuple[str, ...]) -> Snapshot:
+        copies = self.backend.snapshot([self.amap.bases[b] for b in buffers])
+        return Snapshot(dict(zip(buffers, copies, strict=True)), self.backend.to_host)
+
+    def read(self, buffer: str) -> np.ndarray:
+        """A host copy of one named buffer."""
+        return self.backend.read(self.amap.bases[buffer])

@@ -1,0 +1,172 @@
+"""EGF003 wire-zero-under-sentinel: with ISV[393] = 0 the wire gradient is exactly +0.0 at both
+call sites, also when the upstream dX is not finite, and the aux head receives nothing from it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from egf_audit.invariants.common import (
+    DIR_DX,
+    SITES,
+    alpha_at,
+    bit_mismatch,
+    bits,
+    first_index,
+    gated_traces,
+    hex_bits,
+    json_float,
+    snapshot,
+    step_indices,
+    where,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_at_sites, passed
+from egf_audit.runtime.contract import NONFINITE_PATTERN
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Trace
+
+
+def _injected_kinds(wire: np.ndarray) -> dict[str, int]:
+    """How many rows of the upstream wire dX hold each kind of value the audit injects."""
+    return {
+        "nan": int(np.isnan(wire).sum()),
+        "+inf": int(np.isposinf(wire).sum()),
+        "-inf": int(np.isneginf(wire).sum()),
+        "negative_finite": int((np.isfinite(wire) & (wire < 0)).sum()),
+    }
+
+
+def _injection_seen(wire: np.ndarray) -> bool:
+    """The wire column holds exactly what the audit injected: NaN, +Inf, -Inf, -1 cycled over
+    the rows (the first rows only, when B < 4)."""
+    expected = np.resize(NONFINITE_PATTERN, wire.size)
+    return not bit_mismatch(wire, expected).any()
+
+
+def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool) -> dict[str, Any]:
+    """What one call site of one gate-0 step shows: `missing`, `problems`, or {} when it holds."""
+    at = {"scenario": trace.scenario, "step": step, "site": site}
+    if injected:
+        upstream = snapshot(trace, step, f"{site}:after_inject", DIR_DX)
+        if upstream is None:
+            return at | {"missing": where(trace, step, f"{site}:after_inject", DIR_DX)}
+        if not _injection_seen(upstream[:, sh2]):
+            # the injection did not reach the wire column: the NaN-safety claim would be vacuous
+            kinds = _injected_kinds(upstream[:, sh2])
+            return at | {
+                "problems": ["injection not visible in the wire column"],
+                "injected": kinds,
+            }
+    scaled = snapshot(trace, step, f"{site}:after_scale", DIR_DX)
+    before = snapshot(trace, step, f"{site}:aux_before_wire", "d_aux_logits")
+    after = snapshot(trace, step, f"{site}:aux_after_wire", "d_aux_logits")
+    for name, value, checkpoint in (
+        (DIR_DX, scaled, "after_scale"),
+        ("d_aux_logits", before, "aux_before_wire"),
+        ("d_aux_logits", after, "aux_after_wire"),
+    ):
+        if value is None:
+            return at | {"missing": where(trace, step, f"{site}:{checkpoint}", name)}
+    found: dict[str, Any] = {"problems": []}
+    wire = scaled[:, sh2]
+    not_plus_zero = bits(wire) != 0
+    if not_plus_zero.any():
+        row = first_index(not_plus_zero)[0]
+        found["problems"].append(f"wire column {sh2} of {DIR_DX} is not +0.0 after the scale")
+        found |= {
+            "rows_not_plus_zero": int(not_plus_zero.sum()),
+            "rows": int(wire.size),
+            "first_row": row,
+            "first_value": json_float(wire[row]),
+            "first_bits": hex_bits(wire[row]),
+        }
+    changed = bit_mismatch(before, after)
+    if changed.any():
+        with np.errstate(invalid="ignore"):  # a leaked NaN makes the change NaN: reported so
+            largest = np.max(np.abs(after - before)[changed])
+        found["problems"].append("aux_wire_backward changed d_aux_logits under gate 0")
+        found |= {
+            "aux_elements_changed": int(changed.sum()),
+            "aux_first_element": first_index(changed),
+            "aux_max_abs_change": json_float(largest),
+        }
+    return at | found if found["problems"] else {}
+
+
+def check(run: AuditRun, mode: str) -> Verdict:
+    sh2 = run.config.dims.SH2
+    checked, injected_checked, findings, missing = [], 0, [], []
+    for scenario, trace in gated_traces(run, mode):
+        for step in step_indices(trace):
+            alpha = alpha_at(trace, step)
+            if alpha is None:
+                missing.append(where(trace, step, "after_losses", "isv_signals"))
+                continue
+            if alpha != 0.0:
+                continue
+            checked.append(f"{trace.scenario}@{step}")
+            injected_checked += bool(scenario.inject_nonfinite)
+            for site in SITES:
+                found = _site_findings(trace, step, site, sh2, scenario.inject_nonfinite)
+                if "missing" in found:
+                    missing.append(found["missing"])
+                elif found:
+                    findings.append(found)
+    evidence = {"gate_zero_steps": checked, "injected_steps": injected_checked}
+    verdict = failed_at_sites(missing, findings, **evidence)
+    if verdict is not None:
+        return verdict
+    if not checked:
+        return failed(f"no step of mode {mode} ran with ISV[393] = 0.0", **evidence)
+    if not injected_checked:
+        return failed(
+            f"no step of mode {mode} injected NaN/Inf into the wire dX under ISV[393] = 0.0",
+            **evidence,
+        )
+    return passed(
+        f"wire column {sh2} is +0.0 after the scale and d_aux_logits bitwise unchanged by the "
+        f"wire at both sites in {len(checked)} gate-0 steps ({injected_checked} with NaN/Inf "
+        "injected)",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF003",
+    slug="wire-zero-under-sentinel",
+    message="With ISV[393] = 0.0 the wire gradient must be exactly +0.0 and reach no aux head.",
+    what=(
+        "In every step where ISV[393] is 0.0 (the sentinel, and the fail-closed gate), column "
+        "SH2 of sp14_d_dir_qaux_concat holds exactly +0.0 (bits 0x00000000) after "
+        "sp14_scale_wire_col at both call sites, even when the upstream dX there is NaN, +Inf, "
+        "-Inf or negative; and aux_wire_backward leaves d_aux_logits bitwise as it was (the CE "
+        "gradient at the main site, zeros at the CQL site)."
+    ),
+    why=(
+        "Gate 0 is the conservative safety state: before the producer is wired, and whenever "
+        "it fails closed, no Q-head gradient may leak into the aux head. A plain multiply "
+        "gives NaN * 0 = NaN and -g * 0 = -0.0, so only an explicit alpha == 0 branch closes "
+        "the wire; an ungated call site or a scale on the wrong buffer leaves it open."
+    ),
+    how=(
+        "Every production and replay step of the mode whose after_losses ISV[393] is 0.0 is "
+        "checked (not the replay that removes the scale launch on purpose). The non-finite "
+        "replay cycles NaN, +Inf, -Inf and -1 into the wire dX after backward_full, and the "
+        "check first confirms that {site}:after_inject holds exactly those values. The wire "
+        "column at {site}:after_scale is compared by bit pattern with +0.0; d_aux_logits at "
+        "{site}:aux_after_wire with {site}:aux_before_wire."
+    ),
+    catches=(
+        "A missing scale launch, a call site left ungated, a scale pointed at the x concat or at "
+        "dW, a scale without the alpha == 0 branch, and a scale given the wrong column."
+    ),
+    example=(
+        "sp14_scale_wire_col computes *g = *g * a: with the sentinel gate a row whose upstream "
+        "wire gradient is -0.02 ends as -0.0 (0x80000000), and an injected NaN stays NaN and "
+        "poisons the aux head."
+    ),
+    check=check,
+)

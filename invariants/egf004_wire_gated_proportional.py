@@ -1,0 +1,137 @@
+"""EGF004 wire-gated-proportional: with 0 < ISV[393] <= 1 the scale multiplies the wire column,
+and only it, by the gate: fl(alpha * g) bit for bit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from egf_audit.invariants.common import (
+    DIR_DX,
+    SITES,
+    alpha_at,
+    bit_mismatch,
+    first_index,
+    gated_traces,
+    hex_bits,
+    json_float,
+    snapshot,
+    step_indices,
+    where,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_at_sites, passed
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Trace
+
+
+def _upstream(trace: Trace, step: int, site: str) -> tuple[np.ndarray | None, str]:
+    """The dX the scale starts from, and where it was read: after an audit injection if there
+    was one, else as backward_full left it."""
+    for checkpoint in (f"{site}:after_inject", f"{site}:after_backward_full"):
+        values = snapshot(trace, step, checkpoint, DIR_DX)
+        if values is not None:
+            return values, checkpoint
+    return None, f"{site}:after_backward_full"
+
+
+def _site_findings(
+    trace: Trace, step: int, site: str, sh2: int, alpha: np.float32
+) -> dict[str, Any]:
+    at = {"scenario": trace.scenario, "step": step, "site": site, "alpha": json_float(alpha)}
+    upstream, upstream_at = _upstream(trace, step, site)
+    scaled = snapshot(trace, step, f"{site}:after_scale", DIR_DX)
+    if upstream is None:
+        return at | {"missing": where(trace, step, upstream_at, DIR_DX)}
+    if scaled is None:
+        return at | {"missing": where(trace, step, f"{site}:after_scale", DIR_DX)}
+    found: dict[str, Any] = {"problems": []}
+    g = upstream[:, sh2]
+    expected = alpha * g  # one fp32 multiply, exactly what the kernel computes
+    wrong = bit_mismatch(scaled[:, sh2], expected)
+    if wrong.any():
+        row = first_index(wrong)[0]
+        found["problems"].append(f"wire column {sh2} is not fl(alpha * g)")
+        found |= {
+            "rows_wrong": int(wrong.sum()),
+            "rows": int(g.size),
+            "first_row": row,
+            "g": json_float(g[row]),
+            "expected_bits": hex_bits(expected[row]),
+            "got_bits": hex_bits(scaled[row, sh2]),
+        }
+    touched = bit_mismatch(scaled[:, :sh2], upstream[:, :sh2])
+    if touched.any():
+        found["problems"].append(f"the scale changed columns [0, {sh2})")
+        found |= {
+            "elements_touched": int(touched.sum()),
+            "columns_touched": sorted({int(c) for c in np.nonzero(touched)[1]}),
+        }
+    return at | found if found["problems"] else {}
+
+
+def check(run: AuditRun, mode: str) -> Verdict:
+    sh2 = run.config.dims.SH2
+    checked, findings, missing = [], [], []
+    for _, trace in gated_traces(run, mode):
+        for step in step_indices(trace):
+            alpha = alpha_at(trace, step)
+            if alpha is None:
+                missing.append(where(trace, step, "after_losses", "isv_signals"))
+                continue
+            if not 0.0 < alpha <= 1.0:  # NaN fails this too
+                continue
+            checked.append(f"{trace.scenario}@{step}")
+            for site in SITES:
+                found = _site_findings(trace, step, site, sh2, alpha)
+                if "missing" in found:
+                    missing.append(found["missing"])
+                elif found:
+                    findings.append(found)
+    evidence = {"gated_steps": checked}
+    verdict = failed_at_sites(missing, findings, **evidence)
+    if verdict is not None:
+        return verdict
+    if not checked:
+        return failed(f"no step of mode {mode} ran with 0 < ISV[393] <= 1", **evidence)
+    return passed(
+        f"wire column {sh2} = fl(alpha * g) bitwise and columns [0, {sh2}) untouched at both "
+        f"sites in {len(checked)} steps with 0 < alpha <= 1",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF004",
+    slug="wire-gated-proportional",
+    message="With 0 < ISV[393] <= 1 the scale must make the wire column fl(alpha * g), no more.",
+    what=(
+        "In every step whose gate alpha = ISV[393] lies in (0, 1], column SH2 of "
+        "sp14_d_dir_qaux_concat after sp14_scale_wire_col equals the fp32 product alpha * g, bit "
+        "for bit, where g is the same column before the scale, at both call sites; columns "
+        "[0, SH2), which feed d_h_s2, are bitwise untouched by the scale."
+    ),
+    why=(
+        "Once the producer is live the gate must pass a fraction alpha of the wire gradient to "
+        "the aux head: not all of it, not none, and not a neighbouring column. A scale off by "
+        "one column both leaves the wire ungated and corrupts a trunk gradient column."
+    ),
+    how=(
+        "The replays force the gate to 0.37 and 1; live production steps whose gate lies in "
+        "(0, 1] count too (the replay that removes the scale launch on purpose does not). "
+        "For each site the wire column at {site}:after_scale is compared by bit pattern with "
+        "np.float32(alpha) * g, g read at {site}:after_backward_full, and columns [0, SH2) "
+        "with the same snapshot."
+    ),
+    catches=(
+        "A scale launched on column SH2 - 1, a missing scale launch, a site left ungated, and a "
+        "scale pointed at another buffer."
+    ),
+    example=(
+        "sp14_scale_wire_col launched with wire_col = SH2 - 1 and alpha = 0.37: the wire "
+        "column keeps g unscaled and column SH2 - 1 of d_h_s2's source shrinks to 0.37 of itself."
+    ),
+    check=check,
+)

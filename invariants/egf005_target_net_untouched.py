@@ -1,0 +1,263 @@
+"""EGF005 target-net-untouched: only Polyak writes the target network, and it writes exactly
+tau * params + (1 - tau) * target; the target forward and the backward never mix."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from egf_audit.invariants.common import (
+    bit_mismatch,
+    buffer_snapshot,
+    checkpoint_position,
+    first_index,
+    json_float,
+    launches_between,
+    mode_traces,
+    step_indices,
+    tensor_of_element,
+    where,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Launch, Trace
+
+TARGET = "target_params"
+POLYAK_KERNEL = "polyak_ema"
+MAX_POLYAK_ULP = 2
+PRELOAD_PREFIXES = ("init:", "replay:load_state:")  # the target's initial copy, before any step
+
+
+def _is_backward_buffer(buffer: str) -> bool:
+    return buffer == "grad_buf" or buffer.startswith(("d_", "sp14_d_"))
+
+
+def _is_target_buffer(buffer: str) -> bool:
+    return buffer == TARGET or buffer.startswith("tgt_")
+
+
+def _written_buffers(x: Launch) -> list[str]:
+    return [b.region.buffer for b in x.bindings if b.writes and b.region is not None]
+
+
+def _read_buffers(x: Launch) -> list[str]:
+    return [b.region.buffer for b in x.bindings if b.reads and b.region is not None]
+
+
+def _stray_target_writes(trace: Trace) -> list[dict[str, Any]]:
+    """Launches other than polyak_ema that write target_params (the initial copy excepted)."""
+    steps = step_indices(trace)
+    first_step = checkpoint_position(trace, steps[0], "step_start") if steps else None
+    found = []
+    for position, x in enumerate(trace.launches):
+        if x.kind == "kernel" and x.name == POLYAK_KERNEL:
+            continue
+        preload = first_step is not None and position < first_step
+        if preload and x.label.startswith(PRELOAD_PREFIXES):
+            continue
+        for b in x.bindings:
+            if b.writes and b.region is not None and b.region.buffer == TARGET:
+                found.append(
+                    {
+                        "problem": "a launch other than polyak_ema writes target_params",
+                        "scenario": trace.scenario,
+                        "step": x.step,
+                        "label": x.label,
+                        "operand": b.role,
+                        "tensor": b.tensor,
+                    }
+                )
+    return found
+
+
+def polyak_error_ulps(
+    online: np.ndarray, start: np.ndarray, end: np.ndarray, tau: float
+) -> np.ndarray:
+    """|end - (tau * online + (1 - tau) * start)|, exact in float64, in fp32 ulps of the terms'
+    magnitude |tau * online| + |(1 - tau) * start|; 0 where a non-finite input propagated, inf
+    where the result is not finite and should be.
+
+    The kernel rounds each product relative to itself, not to the sum. Where the two terms
+    nearly cancel (a parameter crossing zero) the result's own ulp is far below those
+    roundings, so the ulp is taken at the terms' magnitude; elsewhere the two agree."""
+    o, t = online.astype(np.float64), start.astype(np.float64)
+    exact = tau * o + (1.0 - tau) * t
+    magnitude = np.abs(tau * o) + np.abs((1.0 - tau) * t)
+    ulp = np.spacing(magnitude.astype(np.float32)).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ulps = np.abs(end.astype(np.float64) - exact) / ulp
+    # a non-finite parameter propagates (NaN gives NaN, Inf the same Inf): the blend is right;
+    # a non-finite result from finite inputs is infinitely far
+    propagated = (np.isnan(exact) & np.isnan(end)) | (np.isinf(exact) & (end == exact))
+    return np.where(propagated, 0.0, np.where(np.isnan(ulps), np.inf, ulps))
+
+
+def _step_findings(trace: Trace, step: int, tau: float) -> tuple[list[dict[str, Any]], float]:
+    """What one step shows, and the largest Polyak ulp distance it measured."""
+    at = {"scenario": trace.scenario, "step": step}
+    start = buffer_snapshot(trace, step, "step_start", TARGET)
+    before = buffer_snapshot(trace, step, "before_polyak", TARGET)
+    online = buffer_snapshot(trace, step, "before_polyak", "params")
+    end = buffer_snapshot(trace, step, "step_end", TARGET)
+    for value, checkpoint, buffer in (
+        (start, "step_start", TARGET),
+        (before, "before_polyak", TARGET),
+        (online, "before_polyak", "params"),
+        (end, "step_end", TARGET),
+    ):
+        if value is None:
+            return [at | {"missing": where(trace, step, checkpoint, buffer)}], 0.0
+    found = []
+
+    changed = bit_mismatch(start, before)
+    if changed.any():
+        element = first_index(changed)[0]
+        found.append(
+            at
+            | {
+                "problem": "target_params changed between step_start and before_polyak",
+                "elements_changed": int(changed.sum()),
+                "first_tensor": tensor_of_element(trace, TARGET, element),
+            }
+        )
+
+    ulps = polyak_error_ulps(online, start, end, tau)
+    too_far = ulps > MAX_POLYAK_ULP
+    max_ulp = float(np.max(ulps)) if ulps.size else 0.0
+    if too_far.any():
+        element = first_index(too_far)[0]
+        found.append(
+            at
+            | {
+                "problem": f"step_end target is not tau * params + (1 - tau) * target "
+                f"within {MAX_POLYAK_ULP} ulp",
+                "elements_off": int(too_far.sum()),
+                "max_ulp": json_float(max_ulp),
+                "first_tensor": tensor_of_element(trace, TARGET, element),
+                "first_element": element,
+                "tau": tau,
+            }
+        )
+
+    target_forward = launches_between(trace, step, "forward_target:begin", "forward_target:end")
+    if not target_forward:
+        found.append(at | {"problem": "no target forward between its checkpoints"})
+    for x in target_forward or []:
+        written = [b for b in _written_buffers(x) if _is_backward_buffer(b)]
+        if not x.label.startswith("forward") or written:
+            found.append(
+                at
+                | {
+                    "problem": "a backward launch runs inside the target forward",
+                    "label": x.label,
+                    "writes": written,
+                }
+            )
+    return found, max_ulp
+
+
+def _backward_reads_of_target(trace: Trace) -> list[dict[str, Any]]:
+    """Backward launches (labelled backward*, or run between after_losses and after_backward)
+    that read the target network or its activations."""
+    backward = {x.index: x for x in trace.launches if x.label.startswith("backward")}
+    for step in step_indices(trace):
+        for x in launches_between(trace, step, "after_losses", "after_backward") or []:
+            backward[x.index] = x
+    found = []
+    for index in sorted(backward):
+        x = backward[index]
+        read = [b for b in _read_buffers(x) if _is_target_buffer(b)]
+        if read:
+            found.append(
+                {
+                    "problem": "a backward launch reads the target network",
+                    "scenario": trace.scenario,
+                    "step": x.step,
+                    "label": x.label,
+                    "reads": read,
+                }
+            )
+    return found
+
+
+def check(run: AuditRun, mode: str) -> Verdict:
+    tau = float(run.config.hyper.tau)
+    traces = mode_traces(run, mode)
+    findings, missing, steps_checked, max_ulp = [], [], 0, 0.0
+    for _, trace in traces:
+        findings += _stray_target_writes(trace)
+        findings += _backward_reads_of_target(trace)
+        for step in step_indices(trace):
+            steps_checked += 1
+            step_found, step_ulp = _step_findings(trace, step, tau)
+            max_ulp = max(max_ulp, step_ulp)
+            missing += [f["missing"] for f in step_found if "missing" in f]
+            findings += [f for f in step_found if "missing" not in f]
+    evidence = {
+        "steps_checked": steps_checked,
+        "traces": [t.scenario for _, t in traces],
+        "polyak_max_ulp": json_float(max_ulp),
+    }
+    if missing:
+        return failed(
+            f"{len(missing)} snapshots missing, first: {missing[0]}", missing=missing, **evidence
+        )
+    if findings:
+        first = findings[0]
+        where_ = f"{first['label']} in " if "label" in first else ""
+        return failed(
+            f"{where_}{first['scenario']} step {first['step']}: {first['problem']} "
+            f"({len(findings)} findings)",
+            first=first,
+            findings=findings[:20],
+            **evidence,
+        )
+    if not steps_checked:
+        return failed(f"mode {mode} ran no training step", **evidence)
+    return passed(
+        f"only polyak_ema writes target_params; target bitwise unchanged until Polyak and "
+        f"within {MAX_POLYAK_ULP} ulp of tau * params + (1 - tau) * target after it, in "
+        f"{steps_checked} steps; no backward launch in or on the target net",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF005",
+    slug="target-net-untouched",
+    message="Only Polyak may write the target net, and exactly tau * params + (1 - tau) * target.",
+    what=(
+        "From the recorded write sets, no launch but the polyak_ema kernel writes "
+        "target_params (the initial copy aside); target_params is bitwise unchanged from "
+        "step_start to just before Polyak, and after it equals tau * params + (1 - tau) * "
+        "target within 2 ulp; the target forward contains only forward launches, and no "
+        "backward launch reads target_params or a tgt_* activation."
+    ),
+    why=(
+        "The target net defines the TD target. If a gradient leaks into it, or Polyak blends "
+        "the wrong way round, the target follows the online net and DQN loses the stability "
+        "the target exists for, with no error anywhere. Hand-wired offsets make such a leak a "
+        "one-character bug (goff_* added to the wrong base)."
+    ),
+    how=(
+        "Every binding that writes records its buffer, so the write set of each launch is "
+        "known. Snapshots of target_params at step_start, before_polyak and step_end, and of "
+        "params at before_polyak, give the Polyak update recomputed in float64; the error is "
+        "counted in fp32 ulps of |tau * params| + |(1 - tau) * target|, the size the kernel "
+        "rounds at, so a parameter crossing zero (the terms cancel) is not a false failure. "
+        "The launches between forward_target:begin and :end, and those between after_losses "
+        "and after_backward, are checked for what they read and write."
+    ),
+    catches=(
+        "A backward dW SGEMM that writes through a goff_* offset on target_params' base "
+        "instead of grad_buf's, and a Polyak update with tau and 1 - tau swapped."
+    ),
+    example=(
+        "backward_value_out_dw@cql computes target_params + goff_w_v1 as its C pointer: the "
+        "value head's dW accumulates into the target net and grad_buf never receives it."
+    ),
+    check=check,
+)

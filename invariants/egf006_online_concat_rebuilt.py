@@ -1,0 +1,152 @@
+"""EGF006 online-concat-rebuilt: the d = 0 dW SGEMM reads the ONLINE [save_h_s2 | wire], not the
+target concat the target forward left in the shared scratch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from egf_audit.invariants.common import (
+    SITES,
+    bit_mismatch,
+    mode_traces,
+    region_values,
+    snapshot,
+    step_indices,
+    where,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Trace
+
+X_OPERAND = "A"  # the dW layout is (N, T): A is x [B, in_w] (auditor/pipeline/gemm.py, gemm_dw)
+
+
+def dw_label(site: str) -> str:
+    return f"backward_branch_dw[d=0]@{site}"
+
+
+def _concat(trace: Trace, step: int, h_s2: str, softmax: str) -> np.ndarray | None:
+    """[h_s2 | p[:, up] - p[:, down]] from after_forward snapshots, the wire subtracted in fp32
+    as the concat kernel does."""
+    h = snapshot(trace, step, "after_forward", h_s2)
+    p = snapshot(trace, step, "after_forward", softmax)
+    if h is None or p is None:
+        return None
+    wire = np.subtract(p[:, AUX_UP_INDEX], p[:, AUX_DOWN_INDEX], dtype=np.float32)
+    return np.concatenate([h, wire[:, None]], axis=1)
+
+
+def _site_findings(trace: Trace, step: int, site: str, online: np.ndarray) -> dict[str, Any]:
+    label = dw_label(site)
+    at = {"scenario": trace.scenario, "step": step, "site": site, "label": label}
+    launches = [x for x in trace.launches if x.step == step and x.label == label]
+    if not launches:
+        return at | {"missing": f"launch {label} (step {step}) of {trace.scenario}"}
+    x_operand = next((b for b in launches[0].bindings if b.role == X_OPERAND), None)
+    if x_operand is None or x_operand.region is None:
+        return at | {"problem": "the x operand resolves to no buffer"}
+    region = x_operand.region
+    facts = at | {"buffer": region.buffer, "tensor": x_operand.tensor}
+    facts |= {"rows_read": region.rows, "columns_read": region.width}
+    if (region.rows, region.width) != online.shape:
+        return facts | {
+            "problem": f"the x operand is {region.rows} x {region.width}, the online concat "
+            f"{online.shape[0]} x {online.shape[1]}",
+        }
+    inputs = trace.snapshots.get((step, f"input:{label}"), {}).get(region.buffer)
+    if inputs is None:
+        return at | {"missing": where(trace, step, f"input:{label}", region.buffer)}
+    x = region_values(inputs, region)
+    if x is None:
+        return facts | {"problem": "the x operand does not fit its buffer's snapshot"}
+    wrong = bit_mismatch(x, online)
+    if wrong.any():
+        target = _concat(trace, step, "tgt_h_s2", "tgt_aux_softmax")
+        return facts | {
+            "problem": "the x operand is not the online concat",
+            "elements_differing": int(wrong.sum()),
+            "columns_differing": int(wrong.any(axis=0).sum()),
+            "equals_target_concat": bool(target is not None and not bit_mismatch(x, target).any()),
+        }
+    return {}
+
+
+def check(run: AuditRun, mode: str) -> Verdict:
+    findings, missing, checked = [], [], []
+    for _, trace in mode_traces(run, mode):
+        for step in step_indices(trace):
+            online = _concat(trace, step, "save_h_s2", "aux_nb_softmax_buf")
+            if online is None:
+                missing.append(where(trace, step, "after_forward", "save_h_s2 / softmax"))
+                continue
+            for site in SITES:
+                found = _site_findings(trace, step, site, online)
+                if "missing" in found:
+                    missing.append(found["missing"])
+                elif found:
+                    findings.append(found)
+                else:
+                    checked.append(f"{trace.scenario}@{step}:{site}")
+    evidence = {"launches_checked": len(checked)}
+    if findings:
+        first = findings[0]
+        return failed(
+            f"{first['label']} in {first['scenario']} step {first['step']}: {first['problem']} "
+            f"({len(findings)} launches fail)",
+            first=first,
+            failing=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
+            missing=missing,
+            **evidence,
+        )
+    if missing:
+        return failed(
+            f"{len(missing)} launches or snapshots missing, first: {missing[0]}",
+            missing=missing,
+            **evidence,
+        )
+    if not checked:
+        return failed(f"mode {mode} ran no d = 0 dW SGEMM", **evidence)
+    return passed(
+        f"{len(checked)} d = 0 dW SGEMMs read the online [save_h_s2 | wire] bitwise over all "
+        f"{run.config.dims.SH2 + 1} columns",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF006",
+    slug="online-concat-rebuilt",
+    message="The d = 0 dW SGEMM must read the online concat, not the target's leftover.",
+    what=(
+        "At both call sites, the x operand of backward_branch_dw[d=0], as captured just before "
+        "the SGEMM ran, equals the online [save_h_s2 | p[:, up] - p[:, down]] bit for bit over "
+        "all SH2 + 1 columns."
+    ),
+    why=(
+        "The online and the target forward both write sp14_dir_qaux_concat_scratch, the target "
+        "last. Unless each call site rebuilds the online concat first, dW of the direction "
+        "head is computed against the target net's activations on next_obs: wrong gradients "
+        "of the right shape, invisible to every shape check."
+    ),
+    how=(
+        "The recorder snapshots every buffer the d = 0 dW SGEMM reads just before it runs. The "
+        "box of operand A (x in the N, T dW layout) is read out of that snapshot and compared "
+        "by bit pattern with the concat recomputed from the after_forward snapshots of "
+        "save_h_s2 and aux_nb_softmax_buf (the wire subtracted in fp32). A missing launch or "
+        "snapshot, or an operand narrower than SH2 + 1 columns, fails."
+    ),
+    catches=(
+        "The call sites skipping sp14_dir_concat_qaux(save_h_s2) before backward_full, and "
+        "any dW wired to a narrower x than the concat."
+    ),
+    example=(
+        "Without the rebuild, backward_branch_dw[d=0]@cql reads the scratch as the target "
+        "forward left it: every column differs from the online concat and equals the target's."
+    ),
+    check=check,
+)

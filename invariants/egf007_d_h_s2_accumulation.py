@@ -1,0 +1,248 @@
+"""EGF007 d-h-s2-accumulation: d_h_s2 starts from zero and holds exactly its three inflows.
+
+Three facts per call site and step of the mode's production trace:
+1. the last write to d_h_s2 before backward_full's first launch is a memset of all B*SH2
+   elements (so the value-FC dX, which accumulates with beta = 1, starts from zero), and the
+   snapshot at `{site}:before_backward_full` is bitwise zero;
+2. at `{site}:trunk_entry`, d_h_s2 equals a float64 recomputation of value-FC dX + the first
+   SH2 columns of every branch's concat dX + aux dX, within a proved fp32 error bound;
+3. no accumulate launch reads column SH2 (the wire) of sp14_d_dir_qaux_concat.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from egf_audit.invariants.common import DIR_DX, SITES, json_float
+from egf_audit.invariants.flow_helpers import (
+    Missing,
+    checkpoint,
+    count_by,
+    guarded,
+    in_step,
+    listed,
+    production,
+    snapshot,
+    steps,
+    tensor,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.runtime.contract import BRANCHES
+
+ACCUMULATE = "accumulate_d_h_s2_from_concat"
+UNIT_ROUNDOFF = 2.0**-24  # fp32
+FP32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def concat_dx_buffer(d: int) -> str:
+    return DIR_DX if d == 0 else f"sp14_d_b{d}_concat"
+
+
+def _first_backward_full_launch(trace, step: int, site: str):
+    """The first launch after the `{site}:before_backward_full` checkpoint: backward_full's
+    first launch (the audit places that checkpoint immediately before the call)."""
+    mark = checkpoint(trace, step, f"{site}:before_backward_full")
+    for x in trace.launches[mark.index + 1 :]:
+        if x.kind != "checkpoint":
+            return x
+    raise Missing(f"nothing runs after {site}:before_backward_full (step {step})")
+
+
+def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
+    first = _first_backward_full_launch(trace, step, site)
+    last_write = next(
+        (x for x in reversed(trace.launches[: first.index]) if x.writes_to("d_h_s2")), None
+    )
+    out = []
+    if last_write is None or not _memsets_all(last_write, n):
+        out.append(
+            {
+                "kind": "d_h_s2-not-zeroed",
+                "step": step,
+                "site": site,
+                "last_write": last_write.label if last_write else None,
+                "backward_full_first": first.label,
+            }
+        )
+    baseline = snapshot(trace, step, f"{site}:before_backward_full", "d_h_s2")
+    nonzero = int(np.count_nonzero(baseline.view(np.uint32)))
+    if nonzero:
+        out.append(
+            {"kind": "d_h_s2-baseline-nonzero", "step": step, "site": site, "elements": nonzero}
+        )
+    return out
+
+
+def _memsets_all(launch, n: int) -> bool:
+    if launch.kind != "memset":
+        return False
+    dst = next(
+        (b.region for b in launch.bindings if b.region and b.region.buffer == "d_h_s2"), None
+    )
+    return dst is not None and bool(np.isin(np.arange(n), dst.flat_indices()).all())
+
+
+def _recompute(run, trace, step: int, site: str) -> dict:
+    """|d_h_s2 - ref| against the bound gamma_N * M, elementwise, where M sums the magnitudes of
+    every term and N is twice the number of terms an element sums (VALH products, one column
+    per branch, AUXK products). gamma_N = N u / (1 - N u) bounds the error of ANY fp32
+    evaluation order of such a sum (Higham, Accuracy and Stability, ch. 3), so the tolerance
+    holds for cuBLAS and the CPU alike with no tuned constant."""
+    dims = run.config.dims
+    s2 = dims.SH2
+    point = f"{site}:trunk_entry"
+    params = snapshot(trace, step, "step_start", "params")
+    w_v0 = tensor(trace, params, "params", "w_v0").astype(np.float64)
+    w_aux = tensor(trace, params, "params", "w_aux").astype(np.float64)
+    d_v_hid = _matrix(trace, step, point, "d_v_hid")
+    d_aux = _matrix(trace, step, point, "d_aux_logits")
+    concat = [
+        _matrix(trace, step, point, concat_dx_buffer(d))[:, :s2] for d in range(len(BRANCHES))
+    ]
+    got = _matrix(trace, step, point, "d_h_s2")
+    shapes = {
+        "d_v_hid": (d_v_hid.shape, (dims.B, dims.VALH)),
+        "w_v0": (w_v0.shape, (dims.VALH, s2)),
+        "d_aux_logits": (d_aux.shape, (dims.B, dims.AUXK)),
+        "w_aux": (w_aux.shape, (dims.AUXK, s2)),
+        "d_h_s2": (got.shape, (dims.B, s2)),
+        **{concat_dx_buffer(d): (c.shape, (dims.B, s2)) for d, c in enumerate(concat)},
+    }
+    for name, (shape, expected) in shapes.items():
+        if shape != expected:
+            raise Missing(f"{name} at {point} (step {step}) is {list(shape)}, not {list(expected)}")
+
+    ref = d_v_hid @ w_v0 + sum(concat) + d_aux @ w_aux
+    magnitude = np.abs(d_v_hid) @ np.abs(w_v0) + sum(np.abs(c) for c in concat)
+    magnitude = magnitude + np.abs(d_aux) @ np.abs(w_aux)
+    terms = 2 * (dims.VALH + len(BRANCHES) + dims.AUXK)
+    gamma = terms * UNIT_ROUNDOFF / (1.0 - terms * UNIT_ROUNDOFF)
+    bound = gamma * magnitude + terms * FP32_TINY  # the floor covers subnormal flushing
+    err = np.abs(got - ref)
+    err = np.where(np.isnan(err), np.inf, err)  # a NaN never passes
+    return {
+        "step": step,
+        "site": site,
+        "elements_over": int(np.count_nonzero(~(err <= bound))),  # a NaN bound fails too
+        "max_abs_err": float(err.max()),
+        "max_abs_ref": float(np.abs(ref).max()),
+        "max_err_over_bound": float((err / bound).max()),
+    }
+
+
+MEASURED = ("max_err_over_bound", "max_abs_err", "max_abs_ref")
+
+
+def _json(result: dict) -> dict:
+    return {k: json_float(v) if k in MEASURED else v for k, v in result.items()}
+
+
+def _matrix(trace, step: int, point: str, buffer: str) -> np.ndarray:
+    return tensor(trace, snapshot(trace, step, point, buffer), buffer).astype(np.float64)
+
+
+def _wire_column_reads(trace, step: int, sh2: int) -> list[dict]:
+    out = []
+    for x in in_step(trace, step):
+        if x.kind != "kernel" or x.name != ACCUMULATE:
+            continue
+        for b in x.bindings:
+            if b.reads and b.region is not None and b.region.buffer == DIR_DX:
+                hits = int(np.count_nonzero(b.region.flat_indices() % (sh2 + 1) == sh2))
+                if hits:
+                    out.append(
+                        {
+                            "kind": "wire-column-accumulated",
+                            "step": step,
+                            "label": x.label,
+                            "elements": hits,
+                        }
+                    )
+    return out
+
+
+@guarded
+def check(run, mode: str) -> Verdict:
+    trace = production(run, mode)
+    dims = run.config.dims
+    failures: list[dict] = []
+    errors = []
+    accumulates = 0
+    for step in steps(trace):
+        for site in SITES:
+            failures += _zeroing_failures(trace, step, site, dims.B * dims.SH2)
+            result = _recompute(run, trace, step, site)
+            errors.append(result)
+            if result["elements_over"]:
+                failures.append({"kind": "trunk-entry-mismatch", **_json(result)})
+        failures += _wire_column_reads(trace, step, dims.SH2)
+        accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE)
+
+    pairs = len(errors)
+    evidence = {
+        **listed(failures),
+        **{k: json_float(max(e[k] for e in errors)) for k in MEASURED},
+        "accumulate_launches": accumulates,
+    }
+    if failures:
+        parts = [
+            f"{text} at {count_by(failures, kind)} of {pairs} site-steps"
+            for kind, text in (
+                ("d_h_s2-not-zeroed", "d_h_s2 not zeroed before backward_full"),
+                ("d_h_s2-baseline-nonzero", "d_h_s2 non-zero at backward_full entry"),
+                ("trunk-entry-mismatch", "trunk-entry d_h_s2 differs from its inflows"),
+            )
+            if count_by(failures, kind)
+        ]
+        wire = count_by(failures, "wire-column-accumulated")
+        if wire:
+            parts.append(f"the wire column is read by {wire} of {accumulates} accumulates")
+        return failed("; ".join(parts), **evidence)
+    return passed(
+        f"d_h_s2 zeroed before backward_full and equal to value dX + sum_d "
+        f"d_concat_d[:, :SH2] + aux dX at trunk entry at {pairs} site-steps; "
+        f"no accumulate (of {accumulates}) reads the wire column",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF007",
+    slug="d-h-s2-accumulation",
+    message="d_h_s2 must start from zero and hold exactly value dX + branch dX[:, :SH2] + aux dX.",
+    what=(
+        "At both call sites of every production step, `d_h_s2` is zeroed by a memset of all "
+        "B*SH2 elements after its previous use and before `backward_full`, with no other write "
+        "in between; at trunk entry it equals value-FC dX + the first SH2 columns of every "
+        "branch's concat dX + aux dX; and no accumulate launch reads column SH2 (the wire) of "
+        "`sp14_d_dir_qaux_concat`."
+    ),
+    why=(
+        "B.10 moved the direction branch's dX out of `d_h_s2` into `sp14_d_dir_qaux_concat`. "
+        "Before B.10 that dX SGEMM wrote `d_h_s2` with beta = 0 and so cleared it; now only the "
+        "value-FC dX (beta = 1) writes it inside `backward_full`, on top of whatever is there. "
+        "Without the memset the trunk backward of the main site adds the CQL site's stale "
+        "gradient. An accumulate that walks into the wire column feeds the gated aux gradient "
+        "into the trunk as if it were a hidden-unit gradient."
+    ),
+    how=(
+        "From the launch trace: the last write to `d_h_s2` before the first launch after "
+        "`{site}:before_backward_full` must be a memset covering every element, and the "
+        "snapshot there must be bitwise zero. From the `{site}:trunk_entry` snapshots: a "
+        "float64 recomputation `d_v_hid . W_v0 + sum_d d_concat_d[:, :SH2] + d_aux_logits . "
+        "W_aux` (weights from `step_start`) must match `d_h_s2` elementwise within "
+        "gamma_N * M, where M sums the magnitudes of all terms and N is twice the terms an "
+        "element sums: a proved bound for any fp32 evaluation order. Every accumulate's read "
+        "region of the dir concat dX must contain no flat index i with i % (SH2 + 1) == SH2."
+    ),
+    catches=(
+        "A missing `d_h_s2` memset (the value-FC dX accumulates onto stale data), and an "
+        "accumulate that reads the dir concat dX with row stride SH2 instead of SH2 + 1 "
+        "(it walks into the wire column and shears every later row)."
+    ),
+    example=(
+        "`accumulate_d_h_s2_from_concat(d_h_s2, d_dir_qaux_concat, B, SH2, /*ld_concat=*/SH2)`: "
+        "row b is read from offset b*SH2, so row 1 starts with row 0's wire column."
+    ),
+    check=check,
+)

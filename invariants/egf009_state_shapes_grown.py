@@ -1,0 +1,229 @@
+"""EGF009 state-shapes-grown: every per-parameter state was grown with w_b0fc.
+
+From the layout the trace recorded: the adam_m / adam_v offset tables equal the params table
+(w_b0fc [ADV, SH2 + 1] included), and the spectral-norm vectors of w_b0fc span its columns (v)
+and rows (u), scratch included. From the launches: every adam_update's four slices have the
+parameter tensor's size and sit on the tensor of that name, each tensor updated once a step,
+and every spectral-norm launch that touches u or v covers the whole vector.
+"""
+
+from __future__ import annotations
+
+from egf_audit.invariants.flow_helpers import (
+    binding,
+    describe,
+    guarded,
+    in_step,
+    listed,
+    production,
+    size,
+    steps,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+
+ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
+SN_PREFIX = "spectral_norm:"
+# (buffer, tensor, which extent of w_b0fc it must span): v multiplies W from the right, u from
+# the left, and each power-iteration scratch has its vector's length
+SN_VECTORS = (
+    ("sn_state", "v_b0fc", "cols"),
+    ("sn_scratch_v", "sn_scratch_v", "cols"),
+    ("sn_state", "u_b0fc", "rows"),
+    ("sn_scratch_u", "sn_scratch_u", "rows"),
+)
+
+
+def _layout_failures(layout: dict, adv: int, width: int) -> list[dict]:
+    """Offset tables and vector lengths; `width` is SH2 + 1."""
+    out = []
+    params = layout.get("params", {}).get("tensors", {})
+    shape = params.get("w_b0fc", [None])[1:]
+    if shape != [adv, width]:
+        out.append({"kind": "w_b0fc-shape", "shape": shape, "expected": [adv, width]})
+    for state in ("adam_m", "adam_v"):
+        # one failure per table, naming the first tensor that differs: the ones after it
+        # usually differ only because that one shifted them
+        table = layout.get(state, {}).get("tensors", {})
+        names = [*params, *(n for n in table if n not in params)]
+        differ = [n for n in names if table.get(n) != params.get(n)]
+        if differ:
+            out.append(
+                {
+                    "kind": "adam-state-table",
+                    "buffer": state,
+                    "tensor": differ[0],
+                    "state": table.get(differ[0]),
+                    "param": params.get(differ[0]),
+                    "tensors_differing": len(differ),
+                }
+            )
+    for buffer, name, spans in SN_VECTORS:
+        spec = layout.get(buffer, {}).get("tensors", {}).get(name)
+        length = spec[1] * spec[2] if spec else None
+        expected = width if spans == "cols" else adv
+        if length != expected:
+            out.append(
+                {
+                    "kind": "sn-vector-length",
+                    "buffer": buffer,
+                    "tensor": name,
+                    "length": length,
+                    "expected": expected,
+                }
+            )
+    return out
+
+
+def _adam_failure(x, params: dict) -> tuple[dict | None, str | None]:
+    """(failure or None, the parameter tensor updated) of one adam_update launch."""
+    bound = {role: binding(x, role) for role in ADAM_ROLES}
+    name = bound["param"].tensor if bound["param"] else None
+    spec = params.get(name)
+    expected = spec[1] * spec[2] if spec else None
+    if expected is not None and all(
+        _slice_ok(bound[role], buffer, name, expected) for role, buffer in ADAM_ROLES.items()
+    ):
+        return None, name
+    slices = {
+        role: {"tensor": b.tensor, **(describe(b.region) or {})} if b else None
+        for role, b in bound.items()
+    }
+    failure = {
+        "kind": "adam-slice",
+        "step": x.step,
+        "label": x.label,
+        "tensor": name,
+        "param_size": expected,
+        "slices": slices,
+    }
+    return failure, name
+
+
+def _slice_ok(b, buffer: str, name: str, expected: int) -> bool:
+    """On `buffer`, starting at the first element of the tensor `name`, `expected` long."""
+    return (
+        b is not None
+        and b.region is not None
+        and b.region.buffer == buffer
+        and b.tensor == name
+        and b.tensor_shape is not None
+        and b.region.offset == b.tensor_shape[0]
+        and size(b.region) == expected
+    )
+
+
+def _sn_failures(x, adv: int, width: int) -> list[dict]:
+    out = []
+    for b in x.bindings:
+        if b.region is None:
+            continue
+        is_v = b.region.buffer == "sn_scratch_v" or b.tensor == "v_b0fc"
+        is_u = b.region.buffer == "sn_scratch_u" or b.tensor == "u_b0fc"
+        expected = width if is_v else adv if is_u else None
+        if expected is not None and size(b.region) != expected:
+            out.append(
+                {
+                    "kind": "sn-launch-length",
+                    "step": x.step,
+                    "label": x.label,
+                    "role": b.role,
+                    "tensor": b.tensor,
+                    "length": size(b.region),
+                    "expected": expected,
+                }
+            )
+    return out
+
+
+def _touches_v(x) -> bool:
+    return any(
+        b.region and (b.region.buffer == "sn_scratch_v" or b.tensor == "v_b0fc") for b in x.bindings
+    )
+
+
+@guarded
+def check(run, mode: str) -> Verdict:
+    trace = production(run, mode)
+    dims = run.config.dims
+    adv, width = dims.ADV, dims.SH2 + 1
+    layout = trace.layout
+    params = layout.get("params", {}).get("tensors", {})
+    failures = _layout_failures(layout, adv, width)
+    adam_launches = sn_launches = 0
+    for step in steps(trace):
+        launches = in_step(trace, step)
+        updated: list[str | None] = []
+        for x in launches:
+            if x.kind == "kernel" and x.name == "adam_update":
+                failure, name = _adam_failure(x, params)
+                failures += [failure] if failure else []
+                updated.append(name)
+        adam_launches += len(updated)
+        counts = {n: updated.count(n) for n in set(updated) | set(params)}
+        wrong = {n: c for n, c in sorted(counts.items(), key=str) if c != 1}
+        if wrong:
+            failures.append({"kind": "adam-coverage", "step": step, "updates": wrong})
+        sn = [x for x in launches if x.label.startswith(SN_PREFIX)]
+        sn_launches += len(sn)
+        for x in sn:
+            failures += _sn_failures(x, adv, width)
+        if not any(_touches_v(x) for x in sn):
+            failures.append({"kind": "sn-v-unused", "step": step})
+
+    evidence = {
+        **listed(failures),
+        "w_b0fc": params.get("w_b0fc"),
+        "v_b0fc": layout.get("sn_state", {}).get("tensors", {}).get("v_b0fc"),
+        "adam_launches": adam_launches,
+        "spectral_norm_launches": sn_launches,
+    }
+    if failures:
+        kinds = sorted({f["kind"] for f in failures})
+        return failed(
+            f"{len(failures)} state-shape violation(s): {', '.join(kinds)}",
+            **evidence,
+        )
+    return passed(
+        f"adam_m/adam_v tables equal params ({len(params)} tensors, w_b0fc [{adv}, {width}]); "
+        f"v_b0fc spans {width}, u_b0fc {adv}; {adam_launches} adam_update and "
+        f"{sn_launches} spectral-norm launches match their tensors",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF009",
+    slug="state-shapes-grown",
+    message="Adam m/v and the spectral-norm vectors of w_b0fc must span [ADV, SH2 + 1].",
+    what=(
+        "The Adam `m` and `v` offset tables equal the parameter table tensor for tensor "
+        "(`w_b0fc` is `[ADV, SH2 + 1]`), the spectral-norm vector `v` of `w_b0fc` and its "
+        "scratch span SH2 + 1 and `u` spans ADV; every `adam_update` launch updates one "
+        "parameter tensor whole, with its param, grad, m and v slices each on the tensor of "
+        "that name and of that size; every spectral-norm launch covers whole vectors."
+    ),
+    why=(
+        "B.8 grew `w_b0fc` by one column. Every per-parameter state has to grow with it: an "
+        "Adam table still sized `[ADV, SH2]` makes the update of `w_b0fc` `ADV * SH2` long, "
+        "so its last ADV weights are never trained; a spectral-norm `v` of length SH2 "
+        "estimates the norm of the matrix without its wire column, so the projection lets the "
+        "wire weights grow unbounded. Neither crashes: every access is in bounds."
+    ),
+    how=(
+        "From the `layout` the trace recorded (buffer -> tensors -> [offset, rows, cols]): "
+        "table equality for `adam_m`/`adam_v` against `params`, and the lengths of `v_b0fc`, "
+        "`u_b0fc`, `sn_scratch_v`, `sn_scratch_u`. From the launches of every production "
+        "step: each `adam_update` binding's region size, buffer, start offset and tensor name "
+        "against the parameter tensor; one update per tensor per step; every `spectral_norm:*` "
+        "binding on u or v of exactly ADV or SH2 + 1 elements."
+    ),
+    catches=(
+        "Adam state slices of `w_b0fc` left at the pre-B.8 shape `[ADV, SH2]`, and the "
+        "spectral-norm vector `v` of `w_b0fc` left at the pre-B.8 length SH2."
+    ),
+    example=(
+        "`adam_m` allocated from the old shape table: `adam_update(poff_w_b0fc, goff_w_b0fc, "
+        "m + moff_w_b0fc, ..., n = ADV * SH2)` leaves ADV weights without an update."
+    ),
+    check=check,
+)

@@ -1,0 +1,214 @@
+"""EGF012 gate-range-fail-closed: ISV[393] starts at +0.0, stays in [0, 1], and fails closed.
+
+Before any producer, ISV[393] is bitwise +0.0 (step_start of step 0, production trace). Sentinel
+mode: nothing of the trainer writes element 393 in any sentinel trace (the audit's own uploads
+are the exceptions: `audit:*` forces the gate, `replay:load_state:*` restores the saved state,
+whose ISV[393] must then read +0.0 at step_start), and ISV[393] is +0.0 after the losses of
+every step. Live mode: the producer writes ISV[393] every step, finite and in [0, 1]. Both
+modes: in the `probe/gate` scenario, every probe result is finite and in [0, 1], and every
+probe with a non-finite input or previous gate gives exactly +0.0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from egf_audit.invariants.common import json_float
+from egf_audit.invariants.flow_helpers import (
+    checkpoint,
+    guarded,
+    in_step,
+    is_plus_zero,
+    listed,
+    only_trace,
+    production,
+    snapshot,
+    steps,
+    writes_element,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+
+ISV = "isv_signals"
+PROBE_PREFIX = "gate_probe:"
+NONFINITE_INPUTS = ("nan", "inf")
+RESTORE_PREFIX = "replay:load_state:"
+
+
+def alpha(trace, step: int, point: str) -> float:
+    values = snapshot(trace, step, point, ISV)
+    if values.size <= ALPHA_GRAD_SMOOTHED_INDEX:
+        return float("nan")  # a truncated ISV reads as no gate at all
+    return float(values[ALPHA_GRAD_SMOOTHED_INDEX])
+
+
+def in_unit_range(value: float) -> bool:
+    return math.isfinite(value) and 0.0 <= value <= 1.0
+
+
+def _writes_gate(x) -> bool:
+    return writes_element(x, ISV, ALPHA_GRAD_SMOOTHED_INDEX)
+
+
+def _sentinel_failures(run) -> tuple[list[dict], int]:
+    """(failures, traces searched): nothing but the audit writes ISV[393] in sentinel mode."""
+    out, searched = [], 0
+    for sc, trace in run.for_mode("sentinel"):
+        searched += 1
+        for x in trace.launches:
+            if not _writes_gate(x):
+                continue
+            if x.name == "upload" and x.label.startswith("audit:"):
+                continue  # the audit forcing the gate (replays alpha=0.37, alpha=1)
+            if x.name == "upload" and x.label.startswith(RESTORE_PREFIX):
+                value = alpha(trace, x.step, "step_start")
+                if not is_plus_zero(value):
+                    out.append(
+                        {
+                            "kind": "restored-gate-nonzero",
+                            "scenario": sc.name,
+                            "alpha": json_float(value),
+                        }
+                    )
+                continue
+            out.append(
+                {"kind": "sentinel-producer", "scenario": sc.name, "step": x.step, "label": x.label}
+            )
+    return out, searched
+
+
+def _step_failures(trace, mode: str) -> tuple[list[dict], list]:
+    """(failures, ISV[393] after the losses per step) of the production trace."""
+    out, values = [], []
+    for step in steps(trace):
+        value = alpha(trace, step, "after_losses")
+        values.append(json_float(value))
+        if mode == "sentinel" and not is_plus_zero(value):
+            out.append({"kind": "sentinel-gate-open", "step": step, "alpha": json_float(value)})
+        if mode == "live":
+            if not in_unit_range(value):
+                out.append({"kind": "gate-out-of-range", "step": step, "alpha": json_float(value)})
+            if not _produced(trace, step):
+                out.append({"kind": "no-producer", "step": step})
+    return out, values
+
+
+def _produced(trace, step: int) -> bool:
+    """A launch of the trainer (not an upload) writes ISV[393] before after_losses."""
+    end = checkpoint(trace, step, "after_losses").index
+    return any(
+        x.index < end and x.name != "upload" and _writes_gate(x) for x in in_step(trace, step)
+    )
+
+
+def _probe_failures(run) -> tuple[list[dict], dict]:
+    trace = only_trace(run, "probe", "probe/gate")
+    out, probes = [], {}
+    start = alpha(trace, 0, f"{PROBE_PREFIX}start")
+    if not is_plus_zero(start):
+        out.append({"kind": "probe-start-nonzero", "alpha": json_float(start)})
+    marks = [
+        x
+        for x in trace.launches
+        if x.kind == "checkpoint"
+        and x.name.startswith(PROBE_PREFIX)
+        and x.name != f"{PROBE_PREFIX}start"
+    ]
+    for x in marks:
+        name = x.name[len(PROBE_PREFIX) :]
+        value = alpha(trace, x.step, x.name)
+        previous = x.args.get("previous")
+        nonfinite = x.args.get("input") in NONFINITE_INPUTS or (
+            isinstance(previous, float) and math.isnan(previous)
+        )
+        probes[name] = {
+            "input": x.args.get("input"),
+            "previous": json_float(previous) if isinstance(previous, float | int) else previous,
+            "alpha": json_float(value),
+            "nonfinite": nonfinite,
+        }
+        if not in_unit_range(value):
+            out.append({"kind": "probe-out-of-range", "probe": name, "alpha": json_float(value)})
+        elif nonfinite and not is_plus_zero(value):
+            out.append({"kind": "probe-not-closed", "probe": name, "alpha": json_float(value)})
+    if not marks or not any(p["nonfinite"] for p in probes.values()):
+        out.append({"kind": "probes-missing", "probes": len(marks)})
+    return out, probes
+
+
+@guarded
+def check(run, mode: str) -> Verdict:
+    trace = production(run, mode)
+    failures = []
+    start = alpha(trace, steps(trace)[0], "step_start")
+    if not is_plus_zero(start):
+        failures.append({"kind": "gate-not-zero-at-start", "alpha": json_float(start)})
+    searched = 0
+    if mode == "sentinel":
+        found, searched = _sentinel_failures(run)
+        failures += found
+    found, after_losses = _step_failures(trace, mode)
+    failures += found
+    found, probes = _probe_failures(run)
+    failures += found
+
+    evidence = {
+        **listed(failures),
+        "alpha_at_start": json_float(start),
+        "alpha_after_losses": after_losses,
+        "probes": probes,
+    }
+    if failures:
+        kinds = sorted({f["kind"] for f in failures})
+        return failed(f"{len(failures)} gate violation(s): {', '.join(kinds)}", **evidence)
+    closed = sum(1 for p in probes.values() if p["nonfinite"])
+    per_mode = (
+        f"nothing but the audit writes ISV[393] in {searched} sentinel traces and it is +0.0 "
+        f"after the losses at {len(after_losses)} steps"
+        if mode == "sentinel"
+        else f"the producer writes a finite ISV[393] in [0, 1] at {len(after_losses)} steps"
+    )
+    return passed(
+        f"ISV[393] is +0.0 before any producer; {per_mode}; {len(probes)} gate probes in "
+        f"[0, 1], the {closed} with a non-finite input or previous gate give +0.0",
+        **evidence,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF012",
+    slug="gate-range-fail-closed",
+    message="ISV[393] must start at +0.0, stay in [0, 1], and be +0.0 for non-finite input.",
+    what=(
+        "`ISV[393]` (ALPHA_GRAD_SMOOTHED_INDEX) is exactly +0.0 before any producer runs; in "
+        "sentinel mode nothing but the audit writes it and it stays +0.0; in live mode the "
+        "producer writes a finite value in [0, 1] every step; the producer probes give values "
+        "in [0, 1] and exactly +0.0 when the accuracy or the previous gate is not finite."
+    ),
+    why=(
+        "The wire gate multiplies the gradient flowing into the aux head. Above 1 it amplifies "
+        "the Q-loss gradient, below 0 it reverses it (the aux head then learns to hurt the "
+        "direction head), and NaN poisons the aux weights at the next Adam step. Before B.11 "
+        "the sentinel 0.0 is the safety state; it is only safe if nothing else writes it and "
+        "if the producer fails closed."
+    ),
+    how=(
+        "Snapshots of `isv_signals` at `step_start` (step 0) and at every step's "
+        "`after_losses` of the production trace, compared bitwise with +0.0 (sentinel) or "
+        "checked finite and in [0, 1] (live, where a non-upload launch must write element 393 "
+        "each step). Sentinel mode also walks every sentinel trace: any launch whose write "
+        "region holds element 393 fails unless it is an `audit:*` upload or a "
+        "`replay:load_state:*` restore whose result reads +0.0. The `probe/gate` scenario runs "
+        "the producer on crafted inputs (below chance, perfect, NaN, Inf, NaN previous gate)."
+    ),
+    catches=(
+        "`alpha_grad_compute` without its clamp to [0, 1]: a below-chance aux head drives the "
+        "gate negative. Also a producer wired in sentinel mode, and a producer that lets a "
+        "non-finite accuracy or previous gate through."
+    ),
+    example=(
+        "`raw = (acc - 1/K) / (1 - 1/K)` fed to the EMA unclamped: accuracy 0 gives raw = "
+        "-1/2 and `ISV[393] = 0.1 * -1/2 = -0.05`."
+    ),
+    check=check,
+)
