@@ -4,11 +4,7 @@
 class UsageError(ValueError):
     """Bad usage or configuration: exit code 2."""
 
-    exit_code = 2
-
 
 class AuditEnvironmentError(RuntimeError):
     """The environment cannot run the audit (no GPU, a kernel that does not compile, an output
     that cannot be written): exit code 3."""
-
-    exit_code = 3

@@ -58,7 +58,7 @@ def evaluate(run: AuditRun, codes: tuple[str, ...] | None = None) -> list[Result
             continue
         for mode in run.modes:
             try:
-                verdict = inv.check(run, mode)
+                verdict = inv.verdict(run, mode)
             except Exception as exc:
                 raise CheckCrashed(
                     f"{inv.code} ({mode}) crashed: {type(exc).__name__}: {exc}"

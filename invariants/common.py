@@ -1,25 +1,30 @@
-"""Trace queries the invariants share. None of them raises on a run from a faulty wiring: a
-missing snapshot, checkpoint or launch comes back as None, and `where()` words what was missing
-so a check can fail with it as evidence.
+"""What the invariant checks share: which traces to read, and the bitwise and evidence helpers.
+
+Missing data has one convention: the trace's queries (egf_audit.runtime.trace) raise `Missing`
+naming what was absent, and `evaluate()` turns it into a FAIL whose evidence says so. A check
+therefore reads straight through. Nothing else is caught: any other exception is a bug in
+egf-audit and surfaces as one (exit 3).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+from egf_audit.runtime.contract import AFTER_LOSSES, ALPHA_GRAD_SMOOTHED_INDEX, ISV
+from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun, Scenario
     from egf_audit.runtime.trace import Launch, Region, Trace
 
-SITES = ("cql", "main")  # the two backward_full call sites, in the order they run
-DIR_DX = "sp14_d_dir_qaux_concat"  # the dir branch's [B, SH2+1] dX, wire column at SH2
 AUDITED_KINDS = ("production", "replay")  # the scenarios that run the trainer's own step
+MAX_LISTED = 20  # failures listed in the evidence; the total is always given
 
 
+# ---- which traces ----
 def mode_traces(
     run: AuditRun, mode: str, kinds: tuple[str, ...] = AUDITED_KINDS
 ) -> list[tuple[Scenario, Trace]]:
@@ -33,70 +38,83 @@ def gated_traces(run: AuditRun, mode: str) -> list[tuple[Scenario, Trace]]:
     return [(s, t) for s, t in mode_traces(run, mode) if not s.skip_scale]
 
 
-def step_indices(trace: Trace) -> list[int]:
-    """The training steps the trace ran: those with a `step_start` checkpoint."""
-    return sorted(
-        {x.step for x in trace.launches if x.kind == "checkpoint" and x.name == "step_start"}
-    )
+def production(run: AuditRun, mode: str) -> Trace:
+    for _scenario, trace in run.for_mode(mode, "production"):
+        return trace
+    raise Missing(f"no production trace for mode {mode}")
 
 
-def where(trace: Trace, step: int, checkpoint: str, buffer: str | None = None) -> str:
-    """Words for one snapshot, used as evidence when it is missing."""
-    what = f"{buffer} at {checkpoint}" if buffer else f"checkpoint {checkpoint}"
-    return f"{what} (step {step}) of {trace.scenario}"
+def only_trace(run: AuditRun, kind: str, name: str) -> Trace:
+    for scenario, trace in run.of_kind(kind):
+        if scenario.name == name:
+            return trace
+    raise Missing(f"no {kind} scenario {name}")
 
 
-def snapshot(
-    trace: Trace, step: int, checkpoint: str, buffer: str, tensor: str | None = None
-) -> np.ndarray | None:
-    """One tensor of a snapshot as a [rows, cols] array (the whole buffer's tensor of the same
-    name when `tensor` is None), or None when the checkpoint, buffer or tensor is absent."""
-    flat = buffer_snapshot(trace, step, checkpoint, buffer)
-    spec = trace.layout.get(buffer, {}).get("tensors", {}).get(tensor or buffer)
-    if flat is None or spec is None:
-        return None
-    offset, rows, cols = spec
-    if flat.size < offset + rows * cols:
-        return None
-    return flat[offset : offset + rows * cols].reshape(rows, cols)
+def steps(trace: Trace) -> list[int]:
+    """The training steps of a trace; a trace that ran none is missing its data."""
+    found = trace.training_steps()
+    if not found:
+        raise Missing(f"no step_start checkpoint in {trace.scenario}")
+    return found
 
 
-def buffer_snapshot(trace: Trace, step: int, checkpoint: str, buffer: str) -> np.ndarray | None:
-    """A whole flat buffer as snapshotted, or None when absent."""
-    return trace.snapshots.get((step, checkpoint), {}).get(buffer)
+def in_step(trace: Trace, step: int) -> list[Launch]:
+    return [x for x in trace.launches if x.step == step]
 
 
-def alpha_at(trace: Trace, step: int) -> np.float32 | None:
-    """ISV[393] as the backward of `step` reads it (the after_losses snapshot), or None."""
-    isv = trace.snapshots.get((step, "after_losses"), {}).get("isv_signals")
-    if isv is None or isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
-        return None
+def alpha_at(trace: Trace, step: int) -> np.float32:
+    """ISV[393] as the backward of `step` reads it (the after_losses snapshot)."""
+    isv = trace.buffer_snapshot(step, AFTER_LOSSES, ISV)
+    if isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
+        raise Missing(f"{ISV} at {AFTER_LOSSES} (step {step}) of {trace.scenario} has no [393]")
     return np.float32(isv[ALPHA_GRAD_SMOOTHED_INDEX])
 
 
-def region_values(flat: np.ndarray, region: Region) -> np.ndarray | None:
-    """The [rows, width] box a launch operand covers, read out of a flat buffer snapshot; None
-    when the box does not fit the snapshot."""
+# ---- regions ----
+def region_values(flat: np.ndarray, region: Region) -> np.ndarray:
+    """The [rows, width] box a launch operand covers, read out of a flat buffer snapshot."""
     if region.rows <= 0 or region.width <= 0 or region.offset < 0 or region.last > flat.size:
-        return None
+        raise Missing(f"the box {describe(region)} does not fit a snapshot of {region.buffer}")
     return flat[region.flat_indices()].reshape(region.rows, region.width)
 
 
-def checkpoint_position(trace: Trace, step: int, name: str) -> int | None:
-    """Position of a checkpoint in the launch list, or None."""
-    for position, x in enumerate(trace.launches):
-        if x.kind == "checkpoint" and x.step == step and x.name == name:
-            return position
-    return None
+def writes_element(launch: Launch, buffer: str, element: int) -> bool:
+    return any(
+        b.writes
+        and b.region is not None
+        and b.region.buffer == buffer
+        and covers(b.region, element)
+        for b in launch.bindings
+    )
 
 
-def launches_between(trace: Trace, step: int, begin: str, end: str) -> list[Launch] | None:
-    """The launches strictly between two checkpoints of one step, or None when either is
-    missing or they are out of order."""
-    first, last = checkpoint_position(trace, step, begin), checkpoint_position(trace, step, end)
-    if first is None or last is None or last < first:
+def covers(region: Region, element: int) -> bool:
+    return bool(np.any(region.flat_indices() == element))
+
+
+def size(region: Region) -> int:
+    return max(region.rows, 0) * max(region.width, 0)
+
+
+def describe(region: Region | None) -> dict[str, Any] | None:
+    if region is None:
         return None
-    return [x for x in trace.launches[first + 1 : last] if x.kind != "checkpoint"]
+    return {
+        "buffer": region.buffer,
+        "offset": region.offset,
+        "rows": region.rows,
+        "width": region.width,
+        "ld": region.ld,
+    }
+
+
+def tensor_of_element(trace: Trace, buffer: str, element: int) -> str | None:
+    """The name of the tensor of `buffer` that holds flat element `element`, or None."""
+    for name, (offset, rows, cols) in trace.layout.get(buffer, {}).get("tensors", {}).items():
+        if offset <= element < offset + rows * cols:
+            return name
+    return None
 
 
 # ---- bitwise facts ----
@@ -110,10 +128,16 @@ def bit_mismatch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return bits(a) != bits(b)
 
 
+def is_plus_zero(value: float) -> bool:
+    """Bitwise +0.0 (-0.0 and NaN are not)."""
+    return int(bits(np.array([value]))[0]) == 0
+
+
 def hex_bits(value: float | np.floating) -> str:
     return f"0x{int(bits(np.array([value]))[0]):08x}"
 
 
+# ---- evidence ----
 def json_float(value: float | np.floating) -> float | str:
     """A float for evidence: strict JSON has no NaN or Inf, so those become their names."""
     value = float(value)
@@ -125,9 +149,9 @@ def first_index(mask: np.ndarray) -> list[int]:
     return [int(i) for i in np.argwhere(mask)[0]]
 
 
-def tensor_of_element(trace: Trace, buffer: str, element: int) -> str | None:
-    """The name of the tensor of `buffer` that holds flat element `element`, or None."""
-    for name, (offset, rows, cols) in trace.layout.get(buffer, {}).get("tensors", {}).items():
-        if offset <= element < offset + rows * cols:
-            return name
-    return None
+def listed(failures: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"failures": failures[:MAX_LISTED], "failures_total": len(failures)}
+
+
+def count_by(failures: Iterable[dict[str, Any]], kind: str) -> int:
+    return sum(1 for f in failures if f["kind"] == kind)

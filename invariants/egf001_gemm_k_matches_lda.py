@@ -150,4 +150,5 @@ INVARIANT = Invariant(
         "written."
     ),
     check=check,
+    reads=("launches",),
 )

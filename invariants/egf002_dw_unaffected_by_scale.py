@@ -6,21 +6,39 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from egf_audit.invariants.common import (
-    alpha_at,
-    bit_mismatch,
-    json_float,
-    mode_traces,
-    snapshot,
-    where,
-)
+from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX
+from egf_audit.runtime.contract import (
+    AFTER_BACKWARD,
+    AFTER_FORWARD,
+    AUX_DOWN_INDEX,
+    AUX_UP_INDEX,
+    REPLAYED_STEP,
+    SCALE_KERNEL,
+)
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Trace
 
-REPLAYED_STEP = 0  # every replay re-runs step 0 from the production run's initial state
+
+def writes_dw_w_b0fc(trace: Trace) -> bool:
+    """Whether the replayed step of `trace` ran an SGEMM that writes grad_buf's w_b0fc: the
+    dW compared below was computed in the step, not left over (read from the operands)."""
+    return any(
+        x.kind == "sgemm"
+        and (c := x.binding("C", required=False)) is not None
+        and c.region is not None
+        and c.region.buffer == "grad_buf"
+        and c.tensor == "w_b0fc"
+        for x in in_step(trace, REPLAYED_STEP)
+    )
+
+
+def runs_the_scale(trace: Trace) -> bool:
+    """Whether the replayed step of `trace` launched the scale kernel at all (read from the
+    trace's launches, not from what the scenario was meant to do)."""
+    return any(x.kind == "kernel" and x.name == SCALE_KERNEL for x in in_step(trace, REPLAYED_STEP))
 
 
 def check(run: AuditRun, mode: str) -> Verdict:
@@ -33,31 +51,25 @@ def check(run: AuditRun, mode: str) -> Verdict:
             f"mode {mode} lacks its production trace or its replays",
             traces=[t.scenario for _, t in traces],
         )
-    dw, alphas, missing = {}, {}, []
+    dw, alphas = {}, {}
     for trace in [*production, *replays]:
-        grad = snapshot(trace, REPLAYED_STEP, "after_backward", "grad_buf", "w_b0fc")
-        alpha = alpha_at(trace, REPLAYED_STEP)
-        if grad is None:
-            missing.append(where(trace, REPLAYED_STEP, "after_backward", "grad_buf"))
-        else:
-            dw[trace.scenario] = grad
-        if alpha is None:
-            missing.append(where(trace, REPLAYED_STEP, "after_losses", "isv_signals"))
-        else:
-            alphas[trace.scenario] = json_float(alpha)
-    softmax = snapshot(production[0], REPLAYED_STEP, "after_forward", "aux_nb_softmax_buf")
-    if softmax is None:
-        missing.append(where(production[0], REPLAYED_STEP, "after_forward", "aux_nb_softmax_buf"))
-    if missing:
-        return failed(f"{len(missing)} snapshots missing, first: {missing[0]}", missing=missing)
+        dw[trace.scenario] = trace.snapshot(REPLAYED_STEP, AFTER_BACKWARD, "grad_buf", "w_b0fc")
+        alphas[trace.scenario] = json_float(alpha_at(trace, REPLAYED_STEP))
+    softmax = production[0].snapshot(REPLAYED_STEP, AFTER_FORWARD, "aux_nb_softmax_buf")
 
     # the claim needs gate 0, a gate in (0, 1), gate 1 and a step without the scale launch
     seen = [a for a in alphas.values() if isinstance(a, float)]
     covered = 0.0 in seen and 1.0 in seen and any(0.0 < a < 1.0 for a in seen)
-    if not (covered and any(s.skip_scale for s, _ in traces)):
+    # ... and a step without the scale launch, every step computing its dW (as launches show)
+    scaled = {t.scenario: runs_the_scale(t) for _, t in traces}
+    computed = all(writes_dw_w_b0fc(t) for _, t in traces)
+    if not (covered and computed and not all(scaled.values())):
         return failed(
-            "the compared steps do not cover gate 0, 0 < gate < 1, gate 1 and a skipped scale",
+            "the compared steps do not cover gate 0, 0 < gate < 1, gate 1 and a step without "
+            "the scale launch, each computing dW w_b0fc",
             alphas=alphas,
+            ran_the_scale=scaled,
+            computed_dw=computed,
             traces=[t.scenario for _, t in traces],
         )
 
@@ -119,7 +131,9 @@ INVARIANT = Invariant(
         "Step 0 is replayed from the same saved state with the gate forced to 0.37 and 1, with "
         "the scale launch removed, and with NaN/Inf injected under gate 0. The w_b0fc slice of "
         "the after_backward grad_buf snapshot of each replay is compared bit for bit with the "
-        "production step's; the alphas each step used (ISV[393] at after_losses) are reported."
+        "production step's; the alphas each step used (ISV[393] at after_losses) are reported. "
+        "The step without the scale is recognised by its launches (no sp14_scale_wire_col in "
+        "it), not by the scenario's name, so a run that lost every launch cannot pass."
     ),
     catches=(
         "sp14_scale_wire_col pointed at dW's wire column instead of the dX buffer, and the "

@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from egf_audit.invariants.common import (
-    DIR_DX,
-    SITES,
     alpha_at,
     bit_mismatch,
     bits,
@@ -17,12 +15,19 @@ from egf_audit.invariants.common import (
     gated_traces,
     hex_bits,
     json_float,
-    snapshot,
-    step_indices,
-    where,
+    steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_at_sites, passed
-from egf_audit.runtime.contract import NONFINITE_PATTERN
+from egf_audit.runtime.contract import (
+    AFTER_INJECT,
+    AFTER_SCALE,
+    AUX_AFTER_WIRE,
+    AUX_BEFORE_WIRE,
+    DIR_DX,
+    NONFINITE_PATTERN,
+    SITES,
+    site_checkpoint,
+)
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
@@ -47,12 +52,10 @@ def _injection_seen(wire: np.ndarray) -> bool:
 
 
 def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool) -> dict[str, Any]:
-    """What one call site of one gate-0 step shows: `missing`, `problems`, or {} when it holds."""
+    """What one call site of one gate-0 step shows: its `problems`, or {} when it holds."""
     at = {"scenario": trace.scenario, "step": step, "site": site}
     if injected:
-        upstream = snapshot(trace, step, f"{site}:after_inject", DIR_DX)
-        if upstream is None:
-            return at | {"missing": where(trace, step, f"{site}:after_inject", DIR_DX)}
+        upstream = trace.snapshot(step, site_checkpoint(site, AFTER_INJECT), DIR_DX)
         if not _injection_seen(upstream[:, sh2]):
             # the injection did not reach the wire column: the NaN-safety claim would be vacuous
             kinds = _injected_kinds(upstream[:, sh2])
@@ -60,16 +63,9 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
                 "problems": ["injection not visible in the wire column"],
                 "injected": kinds,
             }
-    scaled = snapshot(trace, step, f"{site}:after_scale", DIR_DX)
-    before = snapshot(trace, step, f"{site}:aux_before_wire", "d_aux_logits")
-    after = snapshot(trace, step, f"{site}:aux_after_wire", "d_aux_logits")
-    for name, value, checkpoint in (
-        (DIR_DX, scaled, "after_scale"),
-        ("d_aux_logits", before, "aux_before_wire"),
-        ("d_aux_logits", after, "aux_after_wire"),
-    ):
-        if value is None:
-            return at | {"missing": where(trace, step, f"{site}:{checkpoint}", name)}
+    scaled = trace.snapshot(step, site_checkpoint(site, AFTER_SCALE), DIR_DX)
+    before = trace.snapshot(step, site_checkpoint(site, AUX_BEFORE_WIRE), "d_aux_logits")
+    after = trace.snapshot(step, site_checkpoint(site, AUX_AFTER_WIRE), "d_aux_logits")
     found: dict[str, Any] = {"problems": []}
     wire = scaled[:, sh2]
     not_plus_zero = bits(wire) != 0
@@ -98,25 +94,19 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
 
 def check(run: AuditRun, mode: str) -> Verdict:
     sh2 = run.config.dims.SH2
-    checked, injected_checked, findings, missing = [], 0, [], []
+    checked, injected_checked, findings = [], 0, []
     for scenario, trace in gated_traces(run, mode):
-        for step in step_indices(trace):
-            alpha = alpha_at(trace, step)
-            if alpha is None:
-                missing.append(where(trace, step, "after_losses", "isv_signals"))
-                continue
-            if alpha != 0.0:
+        for step in steps(trace):
+            if alpha_at(trace, step) != 0.0:
                 continue
             checked.append(f"{trace.scenario}@{step}")
             injected_checked += bool(scenario.inject_nonfinite)
             for site in SITES:
                 found = _site_findings(trace, step, site, sh2, scenario.inject_nonfinite)
-                if "missing" in found:
-                    missing.append(found["missing"])
-                elif found:
+                if found:
                     findings.append(found)
     evidence = {"gate_zero_steps": checked, "injected_steps": injected_checked}
-    verdict = failed_at_sites(missing, findings, **evidence)
+    verdict = failed_at_sites(findings, **evidence)
     if verdict is not None:
         return verdict
     if not checked:

@@ -8,45 +8,45 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from egf_audit.invariants.common import (
-    DIR_DX,
-    SITES,
     alpha_at,
     bit_mismatch,
     first_index,
     gated_traces,
     hex_bits,
     json_float,
-    snapshot,
-    step_indices,
-    where,
+    steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_at_sites, passed
+from egf_audit.runtime.contract import (
+    AFTER_BACKWARD_FULL,
+    AFTER_INJECT,
+    AFTER_SCALE,
+    DIR_DX,
+    SITES,
+    site_checkpoint,
+)
+from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.trace import Trace
 
 
-def _upstream(trace: Trace, step: int, site: str) -> tuple[np.ndarray | None, str]:
-    """The dX the scale starts from, and where it was read: after an audit injection if there
-    was one, else as backward_full left it."""
-    for checkpoint in (f"{site}:after_inject", f"{site}:after_backward_full"):
-        values = snapshot(trace, step, checkpoint, DIR_DX)
-        if values is not None:
-            return values, checkpoint
-    return None, f"{site}:after_backward_full"
+def _upstream(trace: Trace, step: int, site: str) -> np.ndarray:
+    """The dX the scale starts from: after an audit injection if there was one, else as
+    backward_full left it."""
+    try:
+        return trace.snapshot(step, site_checkpoint(site, AFTER_INJECT), DIR_DX)
+    except Missing:
+        return trace.snapshot(step, site_checkpoint(site, AFTER_BACKWARD_FULL), DIR_DX)
 
 
 def _site_findings(
     trace: Trace, step: int, site: str, sh2: int, alpha: np.float32
 ) -> dict[str, Any]:
     at = {"scenario": trace.scenario, "step": step, "site": site, "alpha": json_float(alpha)}
-    upstream, upstream_at = _upstream(trace, step, site)
-    scaled = snapshot(trace, step, f"{site}:after_scale", DIR_DX)
-    if upstream is None:
-        return at | {"missing": where(trace, step, upstream_at, DIR_DX)}
-    if scaled is None:
-        return at | {"missing": where(trace, step, f"{site}:after_scale", DIR_DX)}
+    upstream = _upstream(trace, step, site)
+    scaled = trace.snapshot(step, site_checkpoint(site, AFTER_SCALE), DIR_DX)
     found: dict[str, Any] = {"problems": []}
     g = upstream[:, sh2]
     expected = alpha * g  # one fp32 multiply, exactly what the kernel computes
@@ -74,24 +74,19 @@ def _site_findings(
 
 def check(run: AuditRun, mode: str) -> Verdict:
     sh2 = run.config.dims.SH2
-    checked, findings, missing = [], [], []
+    checked, findings = [], []
     for _, trace in gated_traces(run, mode):
-        for step in step_indices(trace):
+        for step in steps(trace):
             alpha = alpha_at(trace, step)
-            if alpha is None:
-                missing.append(where(trace, step, "after_losses", "isv_signals"))
-                continue
             if not 0.0 < alpha <= 1.0:  # NaN fails this too
                 continue
             checked.append(f"{trace.scenario}@{step}")
             for site in SITES:
                 found = _site_findings(trace, step, site, sh2, alpha)
-                if "missing" in found:
-                    missing.append(found["missing"])
-                elif found:
+                if found:
                     findings.append(found)
     evidence = {"gated_steps": checked}
-    verdict = failed_at_sites(missing, findings, **evidence)
+    verdict = failed_at_sites(findings, **evidence)
     if verdict is not None:
         return verdict
     if not checked:

@@ -7,17 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from egf_audit.invariants.common import (
-    SITES,
-    bit_mismatch,
-    mode_traces,
-    region_values,
-    snapshot,
-    step_indices,
-    where,
-)
+from egf_audit.invariants.common import bit_mismatch, mode_traces, region_values, steps
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX
+from egf_audit.runtime.contract import (
+    AFTER_FORWARD,
+    AUX_DOWN_INDEX,
+    AUX_UP_INDEX,
+    SITES,
+    at_site,
+)
+from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
@@ -27,16 +26,14 @@ X_OPERAND = "A"  # the dW layout is (N, T): A is x [B, in_w] (auditor/pipeline/g
 
 
 def dw_label(site: str) -> str:
-    return f"backward_branch_dw[d=0]@{site}"
+    return at_site("backward_branch_dw[d=0]", site)
 
 
-def _concat(trace: Trace, step: int, h_s2: str, softmax: str) -> np.ndarray | None:
+def _concat(trace: Trace, step: int, h_s2: str, softmax: str) -> np.ndarray:
     """[h_s2 | p[:, up] - p[:, down]] from after_forward snapshots, the wire subtracted in fp32
     as the concat kernel does."""
-    h = snapshot(trace, step, "after_forward", h_s2)
-    p = snapshot(trace, step, "after_forward", softmax)
-    if h is None or p is None:
-        return None
+    h = trace.snapshot(step, AFTER_FORWARD, h_s2)
+    p = trace.snapshot(step, AFTER_FORWARD, softmax)
     wire = np.subtract(p[:, AUX_UP_INDEX], p[:, AUX_DOWN_INDEX], dtype=np.float32)
     return np.concatenate([h, wire[:, None]], axis=1)
 
@@ -46,9 +43,9 @@ def _site_findings(trace: Trace, step: int, site: str, online: np.ndarray) -> di
     at = {"scenario": trace.scenario, "step": step, "site": site, "label": label}
     launches = [x for x in trace.launches if x.step == step and x.label == label]
     if not launches:
-        return at | {"missing": f"launch {label} (step {step}) of {trace.scenario}"}
-    x_operand = next((b for b in launches[0].bindings if b.role == X_OPERAND), None)
-    if x_operand is None or x_operand.region is None:
+        raise Missing(f"no launch {label} (step {step}) in {trace.scenario}")
+    x_operand = launches[0].binding(X_OPERAND)
+    if x_operand.region is None:
         return at | {"problem": "the x operand resolves to no buffer"}
     region = x_operand.region
     facts = at | {"buffer": region.buffer, "tensor": x_operand.tensor}
@@ -58,11 +55,10 @@ def _site_findings(trace: Trace, step: int, site: str, online: np.ndarray) -> di
             "problem": f"the x operand is {region.rows} x {region.width}, the online concat "
             f"{online.shape[0]} x {online.shape[1]}",
         }
-    inputs = trace.snapshots.get((step, f"input:{label}"), {}).get(region.buffer)
-    if inputs is None:
-        return at | {"missing": where(trace, step, f"input:{label}", region.buffer)}
-    x = region_values(inputs, region)
-    if x is None:
+    inputs = trace.buffer_snapshot(step, f"input:{label}", region.buffer)
+    try:
+        x = region_values(inputs, region)
+    except Missing:
         return facts | {"problem": "the x operand does not fit its buffer's snapshot"}
     wrong = bit_mismatch(x, online)
     if wrong.any():
@@ -71,24 +67,19 @@ def _site_findings(trace: Trace, step: int, site: str, online: np.ndarray) -> di
             "problem": "the x operand is not the online concat",
             "elements_differing": int(wrong.sum()),
             "columns_differing": int(wrong.any(axis=0).sum()),
-            "equals_target_concat": bool(target is not None and not bit_mismatch(x, target).any()),
+            "equals_target_concat": not bit_mismatch(x, target).any(),
         }
     return {}
 
 
 def check(run: AuditRun, mode: str) -> Verdict:
-    findings, missing, checked = [], [], []
+    findings, checked = [], []
     for _, trace in mode_traces(run, mode):
-        for step in step_indices(trace):
+        for step in steps(trace):
             online = _concat(trace, step, "save_h_s2", "aux_nb_softmax_buf")
-            if online is None:
-                missing.append(where(trace, step, "after_forward", "save_h_s2 / softmax"))
-                continue
             for site in SITES:
                 found = _site_findings(trace, step, site, online)
-                if "missing" in found:
-                    missing.append(found["missing"])
-                elif found:
+                if found:
                     findings.append(found)
                 else:
                     checked.append(f"{trace.scenario}@{step}:{site}")
@@ -100,13 +91,6 @@ def check(run: AuditRun, mode: str) -> Verdict:
             f"({len(findings)} launches fail)",
             first=first,
             failing=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
-            missing=missing,
-            **evidence,
-        )
-    if missing:
-        return failed(
-            f"{len(missing)} launches or snapshots missing, first: {missing[0]}",
-            missing=missing,
             **evidence,
         )
     if not checked:

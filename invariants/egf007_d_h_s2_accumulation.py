@@ -13,23 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from egf_audit.invariants.common import DIR_DX, SITES, json_float
-from egf_audit.invariants.flow_helpers import (
-    Missing,
-    checkpoint,
-    count_by,
-    guarded,
-    in_step,
-    listed,
-    production,
-    snapshot,
-    steps,
-    tensor,
-)
+from egf_audit.invariants.common import count_by, in_step, json_float, listed, production, steps
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.runtime.contract import BRANCHES
+from egf_audit.runtime.contract import ACCUMULATE_KERNEL, BRANCHES, DIR_DX, SITES
+from egf_audit.runtime.trace import Missing
 
-ACCUMULATE = "accumulate_d_h_s2_from_concat"
 UNIT_ROUNDOFF = 2.0**-24  # fp32
 FP32_TINY = float(np.finfo(np.float32).tiny)
 
@@ -41,7 +29,7 @@ def concat_dx_buffer(d: int) -> str:
 def _first_backward_full_launch(trace, step: int, site: str):
     """The first launch after the `{site}:before_backward_full` checkpoint: backward_full's
     first launch (the audit places that checkpoint immediately before the call)."""
-    mark = checkpoint(trace, step, f"{site}:before_backward_full")
+    mark = trace.checkpoint(step, f"{site}:before_backward_full")
     for x in trace.launches[mark.index + 1 :]:
         if x.kind != "checkpoint":
             return x
@@ -64,7 +52,7 @@ def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
                 "backward_full_first": first.label,
             }
         )
-    baseline = snapshot(trace, step, f"{site}:before_backward_full", "d_h_s2")
+    baseline = trace.buffer_snapshot(step, f"{site}:before_backward_full", "d_h_s2")
     nonzero = int(np.count_nonzero(baseline.view(np.uint32)))
     if nonzero:
         out.append(
@@ -91,9 +79,9 @@ def _recompute(run, trace, step: int, site: str) -> dict:
     dims = run.config.dims
     s2 = dims.SH2
     point = f"{site}:trunk_entry"
-    params = snapshot(trace, step, "step_start", "params")
-    w_v0 = tensor(trace, params, "params", "w_v0").astype(np.float64)
-    w_aux = tensor(trace, params, "params", "w_aux").astype(np.float64)
+    params = trace.buffer_snapshot(step, "step_start", "params")
+    w_v0 = trace.tensor(params, "params", "w_v0").astype(np.float64)
+    w_aux = trace.tensor(params, "params", "w_aux").astype(np.float64)
     d_v_hid = _matrix(trace, step, point, "d_v_hid")
     d_aux = _matrix(trace, step, point, "d_aux_logits")
     concat = [
@@ -138,13 +126,13 @@ def _json(result: dict) -> dict:
 
 
 def _matrix(trace, step: int, point: str, buffer: str) -> np.ndarray:
-    return tensor(trace, snapshot(trace, step, point, buffer), buffer).astype(np.float64)
+    return trace.tensor(trace.buffer_snapshot(step, point, buffer), buffer).astype(np.float64)
 
 
 def _wire_column_reads(trace, step: int, sh2: int) -> list[dict]:
     out = []
     for x in in_step(trace, step):
-        if x.kind != "kernel" or x.name != ACCUMULATE:
+        if x.kind != "kernel" or x.name != ACCUMULATE_KERNEL:
             continue
         for b in x.bindings:
             if b.reads and b.region is not None and b.region.buffer == DIR_DX:
@@ -161,7 +149,6 @@ def _wire_column_reads(trace, step: int, sh2: int) -> list[dict]:
     return out
 
 
-@guarded
 def check(run, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims
@@ -176,7 +163,7 @@ def check(run, mode: str) -> Verdict:
             if result["elements_over"]:
                 failures.append({"kind": "trunk-entry-mismatch", **_json(result)})
         failures += _wire_column_reads(trace, step, dims.SH2)
-        accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE)
+        accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE_KERNEL)
 
     pairs = len(errors)
     evidence = {

@@ -9,26 +9,20 @@ attribute them to a site.
 
 from __future__ import annotations
 
-from egf_audit.invariants.common import DIR_DX, SITES
-from egf_audit.invariants.flow_helpers import (
-    binding,
-    describe,
-    guarded,
-    in_step,
-    listed,
-    production,
-    steps,
-)
+from egf_audit.invariants.common import describe, in_step, listed, production, steps
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
-
-SCALE = "sp14_scale_wire_col"
-ACCUMULATE = "accumulate_d_h_s2_from_concat"
+from egf_audit.runtime.contract import (
+    ACCUMULATE_KERNEL,
+    ALPHA_GRAD_SMOOTHED_INDEX,
+    DIR_DX,
+    SCALE_KERNEL,
+    SITES,
+)
 
 
 def _dir_dx_sgemm(launches):
     for x in launches:
-        c = binding(x, "C")
+        c = x.binding("C", required=False)
         if x.kind == "sgemm" and c and c.writes and c.region and c.region.buffer == DIR_DX:
             return x
     return None
@@ -40,7 +34,7 @@ def _reads_dir_dx(x) -> bool:
 
 def _gates_wire(x, rows: int, sh2: int) -> bool:
     """Writes exactly column SH2 of every row of the dir concat dX and reads ISV[393]."""
-    dx, isv = binding(x, "dx_concat"), binding(x, "isv")
+    dx, isv = x.binding("dx_concat", required=False), x.binding("isv", required=False)
     if dx is None or isv is None or dx.region is None or isv.region is None:
         return False
     r = dx.region
@@ -58,7 +52,7 @@ def _scale_facts(x, dx_index: int, acc_index: int | None) -> dict:
         when = "after the first accumulate"
     else:
         when = "between"
-    dx, isv = binding(x, "dx_concat"), binding(x, "isv")
+    dx, isv = x.binding("dx_concat", required=False), x.binding("isv", required=False)
     return {
         "label": x.label,
         "when": when,
@@ -75,10 +69,14 @@ def _site_failure(trace, step: int, site: str, rows: int, sh2: int) -> tuple[dic
     if dx is None:
         return {"kind": "no-dir-dx-sgemm", **where}, ""
     acc = next(
-        (x for x in launches if x.index > dx.index and x.name == ACCUMULATE and _reads_dir_dx(x)),
+        (
+            x
+            for x in launches
+            if x.index > dx.index and x.name == ACCUMULATE_KERNEL and _reads_dir_dx(x)
+        ),
         None,
     )
-    scales = [x for x in launches if x.kind == "kernel" and x.name == SCALE]
+    scales = [x for x in launches if x.kind == "kernel" and x.name == SCALE_KERNEL]
     for x in scales:
         if (
             dx.index < x.index
@@ -97,7 +95,6 @@ def _site_failure(trace, step: int, site: str, rows: int, sh2: int) -> tuple[dic
     }, ""
 
 
-@guarded
 def check(run, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims
@@ -119,7 +116,7 @@ def check(run, mode: str) -> Verdict:
             **evidence,
         )
     return passed(
-        f"both call sites run {SCALE} on {DIR_DX}[:, SH2] reading ISV[393] between their "
+        f"both call sites run {SCALE_KERNEL} on {DIR_DX}[:, SH2] reading ISV[393] between their "
         f"d = 0 dX SGEMM and first accumulate, at {pairs} site-steps",
         **evidence,
     )

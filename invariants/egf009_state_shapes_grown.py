@@ -9,16 +9,7 @@ and every spectral-norm launch that touches u or v covers the whole vector.
 
 from __future__ import annotations
 
-from egf_audit.invariants.flow_helpers import (
-    binding,
-    describe,
-    guarded,
-    in_step,
-    listed,
-    production,
-    size,
-    steps,
-)
+from egf_audit.invariants.common import describe, in_step, listed, production, size, steps
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
@@ -76,7 +67,7 @@ def _layout_failures(layout: dict, adv: int, width: int) -> list[dict]:
 
 def _adam_failure(x, params: dict) -> tuple[dict | None, str | None]:
     """(failure or None, the parameter tensor updated) of one adam_update launch."""
-    bound = {role: binding(x, role) for role in ADAM_ROLES}
+    bound = {role: x.binding(role, required=False) for role in ADAM_ROLES}
     name = bound["param"].tensor if bound["param"] else None
     spec = params.get(name)
     expected = spec[1] * spec[2] if spec else None
@@ -141,7 +132,6 @@ def _touches_v(x) -> bool:
     )
 
 
-@guarded
 def check(run, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, compare_step, step_indices
+from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, compare_step
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
@@ -77,7 +77,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
     traces, problems = _traces(run, mode)
     reports: list[OracleReport] = []
     for trace in traces:
-        steps = step_indices(trace)
+        steps = trace.training_steps()
         if not steps:
             problems.append(f"{trace.scenario} recorded no training step")
         reports += [compare_step(trace, step, run.config) for step in steps]

@@ -13,30 +13,31 @@ from __future__ import annotations
 
 import math
 
-from egf_audit.invariants.common import json_float
-from egf_audit.invariants.flow_helpers import (
-    checkpoint,
-    guarded,
+from egf_audit.invariants.common import (
     in_step,
     is_plus_zero,
+    json_float,
     listed,
     only_trace,
     production,
-    snapshot,
     steps,
     writes_element,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+from egf_audit.runtime.contract import (
+    AFTER_LOSSES,
+    ALPHA_GRAD_SMOOTHED_INDEX,
+    GATE_PROBE_PREFIX,
+    GATE_PROBE_SCENARIO,
+    ISV,
+    PRELOAD_PREFIXES,
+)
 
-ISV = "isv_signals"
-PROBE_PREFIX = "gate_probe:"
 NONFINITE_INPUTS = ("nan", "inf")
-RESTORE_PREFIX = "replay:load_state:"
 
 
 def alpha(trace, step: int, point: str) -> float:
-    values = snapshot(trace, step, point, ISV)
+    values = trace.buffer_snapshot(step, point, ISV)
     if values.size <= ALPHA_GRAD_SMOOTHED_INDEX:
         return float("nan")  # a truncated ISV reads as no gate at all
     return float(values[ALPHA_GRAD_SMOOTHED_INDEX])
@@ -60,7 +61,7 @@ def _sentinel_failures(run) -> tuple[list[dict], int]:
                 continue
             if x.name == "upload" and x.label.startswith("audit:"):
                 continue  # the audit forcing the gate (replays alpha=0.37, alpha=1)
-            if x.name == "upload" and x.label.startswith(RESTORE_PREFIX):
+            if x.name == "upload" and x.label.startswith(PRELOAD_PREFIXES[1]):
                 value = alpha(trace, x.step, "step_start")
                 if not is_plus_zero(value):
                     out.append(
@@ -81,7 +82,7 @@ def _step_failures(trace, mode: str) -> tuple[list[dict], list]:
     """(failures, ISV[393] after the losses per step) of the production trace."""
     out, values = [], []
     for step in steps(trace):
-        value = alpha(trace, step, "after_losses")
+        value = alpha(trace, step, AFTER_LOSSES)
         values.append(json_float(value))
         if mode == "sentinel" and not is_plus_zero(value):
             out.append({"kind": "sentinel-gate-open", "step": step, "alpha": json_float(value)})
@@ -95,27 +96,27 @@ def _step_failures(trace, mode: str) -> tuple[list[dict], list]:
 
 def _produced(trace, step: int) -> bool:
     """A launch of the trainer (not an upload) writes ISV[393] before after_losses."""
-    end = checkpoint(trace, step, "after_losses").index
+    end = trace.checkpoint(step, AFTER_LOSSES).index
     return any(
         x.index < end and x.name != "upload" and _writes_gate(x) for x in in_step(trace, step)
     )
 
 
 def _probe_failures(run) -> tuple[list[dict], dict]:
-    trace = only_trace(run, "probe", "probe/gate")
+    trace = only_trace(run, "probe", GATE_PROBE_SCENARIO)
     out, probes = [], {}
-    start = alpha(trace, 0, f"{PROBE_PREFIX}start")
+    start = alpha(trace, 0, f"{GATE_PROBE_PREFIX}start")
     if not is_plus_zero(start):
         out.append({"kind": "probe-start-nonzero", "alpha": json_float(start)})
     marks = [
         x
         for x in trace.launches
         if x.kind == "checkpoint"
-        and x.name.startswith(PROBE_PREFIX)
-        and x.name != f"{PROBE_PREFIX}start"
+        and x.name.startswith(GATE_PROBE_PREFIX)
+        and x.name != f"{GATE_PROBE_PREFIX}start"
     ]
     for x in marks:
-        name = x.name[len(PROBE_PREFIX) :]
+        name = x.name[len(GATE_PROBE_PREFIX) :]
         value = alpha(trace, x.step, x.name)
         previous = x.args.get("previous")
         nonfinite = x.args.get("input") in NONFINITE_INPUTS or (
@@ -136,7 +137,6 @@ def _probe_failures(run) -> tuple[list[dict], dict]:
     return out, probes
 
 
-@guarded
 def check(run, mode: str) -> Verdict:
     trace = production(run, mode)
     failures = []

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from egf_audit.runtime.trace import Missing
+
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
 
@@ -45,6 +47,17 @@ class Invariant:
     catches: str  # The bug it catches
     example: str  # a concrete failing wiring, as the seed would describe it
     check: Callable[[AuditRun, str], Verdict]
+    # ---- test directives, read by the tests that parametrize over INVARIANTS ----
+    holds_as: str = PASS  # a correct pipeline's status: PASS, or WARN for a documented residual
+    reads: tuple[str, ...] = ("launches", "snapshots")  # what of a trace the check needs
+
+    def verdict(self, run: AuditRun, mode: str) -> Verdict:
+        """The check's verdict; data it needs but the run lacks (`Missing`, the trace's one
+        missing-data convention) is a FAIL that names what was missing."""
+        try:
+            return self.check(run, mode)
+        except Missing as exc:
+            return failed(f"missing data: {exc}", missing=str(exc))
 
     def doc(self) -> str:
         """The whole text, as `egf-audit explain CODE` prints it."""
@@ -64,26 +77,19 @@ def failed(summary: str, **evidence: Any) -> Verdict:
     return Verdict(FAIL, summary, evidence)
 
 
-def failed_at_sites(
-    missing: list[str], findings: list[dict[str, Any]], **evidence: Any
-) -> Verdict | None:
-    """The verdict of a per-site check (EGF003, EGF004) that found snapshots missing or sites
-    failing, missing first; None when it found neither. Each finding names its scenario, step,
-    site and problems."""
-    if missing:
-        return failed(
-            f"{len(missing)} snapshots missing, first: {missing[0]}", missing=missing, **evidence
-        )
-    if findings:
-        first = findings[0]
-        return failed(
-            f"{first['scenario']} step {first['step']} @{first['site']}: {first['problems'][0]} "
-            f"({len(findings)} site checks fail)",
-            first=first,
-            failing_sites=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
-            **evidence,
-        )
-    return None
+def failed_at_sites(findings: list[dict[str, Any]], **evidence: Any) -> Verdict | None:
+    """The verdict of a per-site check (EGF003, EGF004) that found sites failing; None when it
+    found none. Each finding names its scenario, step, site and problems."""
+    if not findings:
+        return None
+    first = findings[0]
+    return failed(
+        f"{first['scenario']} step {first['step']} @{first['site']}: {first['problems'][0]} "
+        f"({len(findings)} site checks fail)",
+        first=first,
+        failing_sites=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
+        **evidence,
+    )
 
 
 def warned(summary: str, **evidence: Any) -> Verdict:

@@ -13,19 +13,20 @@ from dataclasses import dataclass
 from egf_audit.invariants.registry import FAIL, PASS, WARN
 from egf_audit.reports.bindings import operand
 from egf_audit.reports.model import NOT_RUN, AuditReport
-from egf_audit.runtime.contract import WRAPPER_PREFIX
+from egf_audit.runtime.contract import (
+    NON_PIPELINE_PREFIXES,
+    SITES,
+    WRAPPER_PREFIX,
+    WRAPPER_SCENARIO,
+)
 from egf_audit.runtime.trace import Launch, Trace
 
-SITES = ("cql", "main")
 ROW_STATUS = {
     PASS: "✅ holds",
     FAIL: "❌ broken",
     WARN: "⚠️ residual (diagnostic only)",
     NOT_RUN: "— not measured",
 }
-# Scenario names and labels the audit defines (auditor/audit.py, auditor/backward.py).
-WRAPPER_SCENARIO = "diagnostic/wrapper"
-NON_PIPELINE_PREFIXES = ("init:", "batch:", "replay:", "probe:", "audit:", "diagnostic:")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "invariants": {"runtime", "oracle", "kernels"},
     "reports": {"invariants", "runtime", "kernels"},
     "scenarios": {"pipeline", "runtime", "invariants", "kernels"},
-    "bench": {"pipeline", "runtime", "oracle", "kernels"},
+    "bench": {"pipeline", "runtime", "oracle", "reports", "kernels"},
     "capture": {"scenarios", "pipeline", "runtime", "invariants", "oracle", "reports", "kernels"},
     "cli": {
         "scenarios",

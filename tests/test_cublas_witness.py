@@ -102,6 +102,10 @@ def test_the_command_restarts_with_the_logger_switched_on(tmp_path):
     import subprocess
     import sys
 
+    from egf_audit.runtime.backends import cuda_usable
+
+    if cuda_usable()[0]:
+        pytest.skip("a usable GPU: tests/test_gpu.py covers the witness there")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBLAS_", "EGF_AUDIT_CUB"))}
     cmd = [
         sys.executable,
@@ -116,9 +120,7 @@ def test_the_command_restarts_with_the_logger_switched_on(tmp_path):
         str(tmp_path / "audit.md"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    usable_gpu = "needs the CUDA backend" not in proc.stderr
-    if usable_gpu:
-        pytest.skip("a usable GPU: tests/test_gpu.py covers the witness there")
+    assert "needs the CUDA backend" in proc.stderr, proc.stderr
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "audit.md").exists()

@@ -55,6 +55,6 @@ def test_clean_passes_and_k_mismatches_are_caught_at_every_shape(backend, shape,
     failures = [(r.code, r.mode, r.verdict.summary) for r in clean if r.verdict.status == FAIL]
     assert failures == [], f"clean pipeline failed at {shape}"
     for name in K_MISMATCHES:  # only EGF001's verdict is asked for: the rest would cost time
-        faulty = Auditor(config, backend, FAULTS_BY_NAME[name].apply_wiring(), steps=1)
+        faulty = Auditor(config, backend, FAULTS_BY_NAME[name].wiring, steps=1)
         (verdict,) = (r.verdict for r in evaluate(faulty.run(("sentinel",)), ("EGF001",)))
         assert verdict.status == FAIL, f"{name} not caught by EGF001 at {shape}: {verdict.summary}"

@@ -65,7 +65,7 @@ def make_report(run, statuses=None, summary="fake summary", evidence=None, kerne
 def faulty_runs(ci_config, cpu_backend):
     """Sentinel-only audits with one fault each, for what the tables show under a bug."""
     return {
-        name: Auditor(ci_config, cpu_backend, FAULTS_BY_NAME[name].apply_wiring(), steps=1).run(
+        name: Auditor(ci_config, cpu_backend, FAULTS_BY_NAME[name].wiring, steps=1).run(
             ("sentinel",)
         )
         for name in ("skip-scale", "fwd-k-sh2", "target-grad-leak")

@@ -49,6 +49,7 @@ from egf_audit.bench.torch_reference import TorchSP14, torch_batch
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.pipeline.config import Config, ConfigError, preset_config, validate_dims
 from egf_audit.pipeline.step import SP14Pipeline
+from egf_audit.reports.atomic import write_atomic
 from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.kernel_sources import load_kernel_set
@@ -406,17 +407,6 @@ def _check_writable(path: str | os.PathLike | None) -> Path | None:
     if not os.access(parent, os.W_OK):
         raise AuditEnvironmentError(f"cannot write {out}: {parent} is not writable")
     return out
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, then rename over it: a reader sees the old file or the new."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise AuditEnvironmentError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run_bench(

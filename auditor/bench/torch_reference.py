@@ -22,24 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from egf_audit.oracle.model import WireGate
 from egf_audit.pipeline.config import Dims, Hyper
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES, param_shapes
 from egf_audit.runtime.memory import Layout
-
-
-class WireGate(torch.autograd.Function):
-    """Identity forward; backward scales the wire gradient by alpha = ISV[393] the way
-    sp14_scale_wire_col does, NaN-safe: alpha == 0 gives exactly 0 whatever the gradient."""
-
-    @staticmethod
-    def forward(ctx, wire: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(alpha)
-        return wire.view_as(wire)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (alpha,) = ctx.saved_tensors
-        return torch.where(alpha == 0, torch.zeros_like(grad), grad * alpha), None
 
 
 @dataclass

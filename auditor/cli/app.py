@@ -327,6 +327,10 @@ def mutants(
     problems = [f"fault {name} survived: no invariant failed on it" for name in result.survivors]
     if outcome.all_faults:
         problems += [f"{code} caught no fault" for code in result.idle_invariants]
+    problems += [
+        f"fault {name}: {', '.join(codes)} expected to catch it but did not"
+        for name, codes in result.missed.items()
+    ]
     for problem in problems:
         stderr.print(Text(f"egf-audit: {problem}"), soft_wrap=True)
     if not quiet and not problems:

@@ -36,7 +36,7 @@ from egf_audit.reports.junit import render_junit
 from egf_audit.reports.model import AuditReport
 from egf_audit.runtime import cublas_witness
 from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.backends import DEVICES, select_backend
+from egf_audit.runtime.backends import check_device, select_backend
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.kernel_sources import load_kernel_set
 from egf_audit.scenarios import mutants
@@ -98,12 +98,6 @@ def parse_modes(mode: str) -> tuple[str, ...]:
     if mode not in MODE_CHOICES:
         raise UsageError(f"unknown mode {mode!r} (choose from {', '.join(MODE_CHOICES)})")
     return MODE_CHOICES[mode]
-
-
-def check_device(device: str) -> str:
-    if device not in DEVICES:
-        raise UsageError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
-    return device
 
 
 def check_steps(steps: int) -> int:

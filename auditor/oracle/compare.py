@@ -17,7 +17,8 @@ the updated state) and checks, as SPEC section 4's EGF010 note asks:
    gradients and pre-step state give its post-step params, Adam m/v, sn vectors and target, within
    the same tolerance.
 
-Missing or malformed data never raises: it becomes a problem of the report, which then fails.
+Missing or malformed data (`Missing`, the trace's one convention) never escapes: it becomes a
+problem of the report, which then fails.
 The float64 math runs on the GPU when torch sees one, else on the CPU.
 """
 
@@ -37,7 +38,7 @@ from egf_audit.runtime.contract import (
     BRANCHES,
     param_shapes,
 )
-from egf_audit.runtime.trace import Trace
+from egf_audit.runtime.trace import Missing, Trace
 
 ABS_TOL = 1e-6
 REL_TOL = 1e-4
@@ -112,19 +113,8 @@ class OracleReport:
 # ---- reading the trace ----
 
 
-class OracleInputMissing(Exception):
-    """A snapshot, checkpoint or tensor the oracle needs is absent or malformed."""
-
-
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def step_indices(trace: Trace) -> list[int]:
-    """The training steps a trace recorded: those with a step_start checkpoint."""
-    return sorted(
-        {x.step for x in trace.launches if x.kind == "checkpoint" and x.name == "step_start"}
-    )
 
 
 class StepSnapshots:
@@ -140,32 +130,21 @@ class StepSnapshots:
         tensor: str | None = None,
         shape: tuple[int, int] | None = None,
     ) -> np.ndarray:
-        where = f"{buffer}{'.' + tensor if tensor else ''} at {checkpoint} (step {self.step})"
-        flat = self.trace.snapshots.get((self.step, checkpoint), {}).get(buffer)
-        if flat is None:
-            raise OracleInputMissing(f"no snapshot of {where} in {self.trace.scenario}")
-        spec = self.trace.layout.get(buffer, {}).get("tensors", {}).get(tensor or buffer)
-        if spec is None:
-            raise OracleInputMissing(f"the layout has no tensor {where}")
-        offset, rows, cols = spec
-        if flat.size < offset + rows * cols:
-            raise OracleInputMissing(f"the snapshot of {where} is shorter than its tensor")
-        if shape is not None and (rows, cols) != tuple(shape):
-            raise OracleInputMissing(f"{where} is {[rows, cols]}; the config says {list(shape)}")
-        return flat[offset : offset + rows * cols].reshape(rows, cols)
+        values = self.trace.snapshot(self.step, checkpoint, buffer, tensor)
+        if shape is not None and values.shape != tuple(shape):
+            where = f"{buffer}{'.' + tensor if tensor else ''} at {checkpoint} (step {self.step})"
+            raise Missing(f"{where} is {list(values.shape)}; the config says {list(shape)}")
+        return values
 
     def optional(self, checkpoint: str, buffer: str, tensor: str) -> np.ndarray | None:
         """A tensor through the pipeline's own table, whatever its shape, or None."""
         try:
             return self.array(checkpoint, buffer, tensor)
-        except OracleInputMissing:
+        except Missing:
             return None
 
     def checkpoint_meta(self, name: str) -> dict:
-        for x in self.trace.launches:
-            if x.kind == "checkpoint" and x.step == self.step and x.name == name:
-                return x.args
-        raise OracleInputMissing(f"no checkpoint {name} (step {self.step})")
+        return self.trace.checkpoint(self.step, name).args
 
 
 def _f64(array: np.ndarray, dev: torch.device) -> torch.Tensor:
@@ -174,7 +153,7 @@ def _f64(array: np.ndarray, dev: torch.device) -> torch.Tensor:
 
 def _indices(values: np.ndarray, limit: int, what: str, dev: torch.device) -> torch.Tensor:
     if values.size and (values.min() < 0 or values.max() >= limit):
-        raise OracleInputMissing(f"{what} holds an index outside [0, {limit})")
+        raise Missing(f"{what} holds an index outside [0, {limit})")
     return torch.from_numpy(values.astype(np.int64)).to(dev)
 
 
@@ -226,7 +205,7 @@ def load_inputs(snaps: StepSnapshots, config: Any, dev: torch.device) -> StepInp
     )
     isv = snaps.array("after_losses", "isv_signals").ravel()
     if isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
-        raise OracleInputMissing("isv_signals at after_losses is shorter than ISV[393]")
+        raise Missing("isv_signals at after_losses is shorter than ISV[393]")
     return StepInputs(
         params=read_params(snaps, start, "params", config, dev),
         target_params=read_params(snaps, start, "target_params", config, dev),
@@ -333,7 +312,7 @@ def state_like_params(
     shape (a fault) contributes its flat prefix, the rest is zero."""
     got = snaps.optional(checkpoint, buffer, name)
     if got is None:
-        raise OracleInputMissing(f"no {buffer}.{name} at {checkpoint} (step {snaps.step})")
+        raise Missing(f"no {buffer}.{name} at {checkpoint} (step {snaps.step})")
     if got.shape == tuple(like.shape):
         return _f64(got, like.device)
     flat = torch.zeros(like.numel(), dtype=torch.float64, device=like.device)
@@ -349,7 +328,7 @@ def update_checks(
     hyper, rows = config.hyper, []
     t = snaps.checkpoint_meta("before_polyak").get("adam_t")
     if not isinstance(t, int) or t < 1:
-        raise OracleInputMissing(f"before_polyak records no valid adam_t (got {t!r})")
+        raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
     grads = read_params(snaps, "after_backward", "grad_buf", config, dev)
     stepped = {}
     for name, param in inputs.params.items():
@@ -390,7 +369,7 @@ def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
             name: snaps.array("after_backward", "grad_buf", name, (rows, cols))
             for name, rows, cols in param_shapes(config.dims)
         }
-    except OracleInputMissing as exc:
+    except Missing as exc:
         report.problems.append(str(exc))
         return report
 
@@ -445,6 +424,6 @@ def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
     # 3. the update
     try:
         report.tensors += update_checks(snaps, inputs, config, dev)
-    except OracleInputMissing as exc:
+    except Missing as exc:
         report.problems.append(str(exc))
     return report

@@ -33,18 +33,18 @@ BOUND_SAFETY = 2.0
 class WireGate(torch.autograd.Function):
     """The SP14 wire gate: identity forward; backward multiplies the wire gradient by alpha, and
     alpha == 0 gives exactly +0.0 whatever the incoming gradient (NaN and Inf included), as
-    sp14_scale_wire_col does."""
+    sp14_scale_wire_col does. `alpha` is a float or a 0-d tensor (a tensor keeps a captured CUDA
+    graph free of host reads: the bench's torch reference uses it so)."""
 
     @staticmethod
-    def forward(ctx, wire: torch.Tensor, alpha: float) -> torch.Tensor:
-        ctx.alpha = float(alpha)
+    def forward(ctx, wire: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(torch.as_tensor(alpha, dtype=wire.dtype, device=wire.device))
         return wire.clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        if ctx.alpha == 0.0:
-            return torch.zeros_like(grad), None
-        return grad * ctx.alpha, None
+        (alpha,) = ctx.saved_tensors
+        return torch.where(alpha == 0, torch.zeros_like(grad), grad * alpha), None
 
 
 @dataclass

@@ -14,6 +14,7 @@ import numpy as np
 
 from egf_audit.pipeline.gemm import gemm_colsum, gemm_dw, gemm_dx
 from egf_audit.pipeline.instance import Probes, TrainerInstance
+from egf_audit.pipeline.wiring import BackwardEntry, DwInput, ScaleTarget, Width
 from egf_audit.runtime.contract import (
     ALPHA_GRAD_SMOOTHED_INDEX,
     AUX_DOWN_INDEX,
@@ -49,7 +50,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
     rec.checkpoint(f"{site}:before_backward_full", ["sp14_dir_qaux_concat_scratch", "d_h_s2"])
 
     # 3.
-    if site == "main" and w.main_site_backward == "wrapper":
+    if site == "main" and w.main_site_backward is BackwardEntry.WRAPPER:
         backward_full(p, site, f"dq_{site}", 0, 0)
     else:
         backward_full(p, site, f"dq_{site}", concat, d_concat)
@@ -65,11 +66,11 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
         rec.checkpoint(f"{site}:after_inject", ["sp14_d_dir_qaux_concat"])
 
     # 4. ---- the wire gate: scale d_dir_qaux_concat[:, SH2] by ISV[393], after dW and dX ----
-    if site in w.scale_sites and w.scale_target != "none":
+    if site in w.scale_sites and w.scale_target is not ScaleTarget.NONE:
         target, rows, ld = {
-            "d_concat": (d_concat, B, S2 + 1),
-            "x_concat": (concat, B, S2 + 1),
-            "dw_wire_col": (p.goff("w_b0fc"), d.ADV, S2 + 1),
+            ScaleTarget.D_CONCAT: (d_concat, B, S2 + 1),
+            ScaleTarget.X_CONCAT: (concat, B, S2 + 1),
+            ScaleTarget.DW_WIRE_COL: (p.goff("w_b0fc"), d.ADV, S2 + 1),
         }[w.scale_target]
         rec.kernel(
             f"sp14_scale_wire_col@{site}",
@@ -87,7 +88,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
     for b in range(len(BRANCHES)):
         src = d_concat if b == 0 else p.ptr(f"sp14_d_b{b}_concat")
         ld = d.branch_in(b)
-        if b == 0 and w.accumulate_dir_ld == "sh2":
+        if b == 0 and w.accumulate_dir_ld is Width.SH2:
             ld = S2
         rec.kernel(
             f"accumulate_d_h_s2_from_concat[d={b}]@{site}",
@@ -259,10 +260,10 @@ def backward_full(
         else:
             # ---- B.10: dW from (dir_qaux_concat_ptr, SH2 + 1); dX into d_dir_qaux_concat ----
             x, ld_x, k_dw = dir_qaux_concat_ptr, width, width
-            if w.dw_dir_x == "h_s2":  # the pre-B.10 dW: (save_h_s2, SH2)
+            if w.dw_dir_x is DwInput.H_S2:  # the pre-B.10 dW: (save_h_s2, SH2)
                 x, ld_x, k_dw = p.ptr("save_h_s2"), S2, S2
             dx, ld_dx, beta = d_dir_qaux_concat_ptr, width, 0.0
-            k_dx = S2 if w.dx_dir_k == "sh2" else width
+            k_dx = S2 if w.dx_dir_k is Width.SH2 else width
         gemm_dw(
             rec,
             f"{pre}backward_branch_dw{tag}",
@@ -296,7 +297,7 @@ def backward_full(
     gemm_colsum(
         rec, f"{pre}backward_value_out_db{vtag}", p.goff("b_v1"), p.ptr("d_value"), ones, B, 1
     )
-    value_dw_base = "grad_buf" if w.value_dw_base == "grad_buf" else "target_params"
+    value_dw_base = str(w.value_dw_base)  # the buffer's name
     gemm_dw(
         rec,
         f"{pre}backward_value_out_dw{vtag}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from egf_audit.pipeline.gemm import gemm_xwt
 from egf_audit.pipeline.instance import TrainerInstance
+from egf_audit.pipeline.wiring import Width
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES
 
 
@@ -132,7 +133,7 @@ def forward(p: TrainerInstance, net: str) -> None:
                 ctx_cols=d.E[b],
             )
         # ---- K of the dir SGEMM: SH2 + 1 against LDA = SH2 + 1 (B.9) ----
-        k = S2 if (b == 0 and p.wiring.fwd_dir_k == "sh2") else width
+        k = S2 if (b == 0 and p.wiring.fwd_dir_k is Width.SH2) else width
         gemm_xwt(
             rec,
             f"forward_branch_fc[d={b}]@{net}",

@@ -11,7 +11,7 @@ import numpy as np
 
 from egf_audit.pipeline.config import Config
 from egf_audit.pipeline.layout import build_layout
-from egf_audit.pipeline.wiring import PRODUCTION, Wiring
+from egf_audit.pipeline.wiring import PRODUCTION, Width, Wiring
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.contract import BRANCHES, PERSISTENT, param_shapes
 from egf_audit.runtime.memory import AddressMap, Layout
@@ -41,9 +41,9 @@ class State:
 def layout_for(config: Config, wiring: Wiring) -> Layout:
     dims = config.dims
     adam_shapes = None
-    if wiring.adam_state_w_b0fc == "sh2":  # the pre-B.8 Adam state of w_b0fc: [ADV, SH2]
+    if wiring.adam_state_w_b0fc is Width.SH2:  # the pre-B.8 Adam state of w_b0fc: [ADV, SH2]
         adam_shapes = [(n, r, c - 1 if n == "w_b0fc" else c) for n, r, c in param_shapes(dims)]
-    sn_v_len = dims.SH2 if wiring.sn_v_len == "sh2" else None
+    sn_v_len = dims.SH2 if wiring.sn_v_len is Width.SH2 else None
     return build_layout(dims, adam_state_shapes=adam_shapes, sn_v_len=sn_v_len)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from egf_audit.pipeline.gemm import gemm_dot, gemm_dx, gemm_xwt
 from egf_audit.pipeline.instance import TrainerInstance
+from egf_audit.pipeline.wiring import PolyakBlend
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, param_shapes
 
 
@@ -113,7 +114,9 @@ def spectral_norm(p: TrainerInstance) -> None:
 
 def polyak(p: TrainerInstance) -> None:
     """target <- tau * params + (1 - tau) * target, one launch over the whole flat buffer."""
-    tau = p.hyper.tau if p.wiring.polyak_tau == "tau" else 1.0 - p.hyper.tau
+    tau = {PolyakBlend.TAU: p.hyper.tau, PolyakBlend.ONE_MINUS_TAU: 1.0 - p.hyper.tau}[
+        p.wiring.polyak_tau
+    ]
     rec = p.rec
     rec.kernel(
         "polyak_ema",

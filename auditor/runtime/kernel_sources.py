@@ -134,12 +134,6 @@ class KernelSet:
     sources: tuple[KernelSource, ...]
     ignored: tuple[str, ...] = ()  # .cu files in DIR that are no known kernel
 
-    def source(self, name: str) -> KernelSource:
-        for s in self.sources:
-            if s.spec.name == name:
-                return s
-        raise KeyError(name)
-
     def with_patch(self, file: str, old: str, new: str, fault: str) -> KernelSet:
         """The same set with one source edited the way a fault edits it. The patch must apply:
         a fault that does not change the code would prove nothing."""

@@ -172,16 +172,6 @@ class Recorder:
         ):
             self.backend.memset_zero(ptr, count)
 
-    def copy(self, label: str, dst: int, src: int, count: int) -> None:
-        bindings: tuple[Binding, ...] = ()
-        if self.instrumented:
-            bindings = (
-                self._bind("dst", dst, "w", (0, 1, count, count)),
-                self._bind("src", src, "r", (0, 1, count, count)),
-            )
-        if self._record("copy", "copy", label, {"dst": dst, "src": src, "count": count}, bindings):
-            self.backend.copy(dst, src, count)
-
     def upload(self, label: str, dst: int, values: np.ndarray, stride: int = 1) -> None:
         """A host-to-device write (batch, forced gate, injected values): a recorded launch too."""
         values = np.asarray(values)

@@ -14,6 +14,19 @@ from typing import Any
 
 import numpy as np
 
+from egf_audit.runtime.contract import STEP_START
+
+
+class Missing(KeyError):
+    """Data a reader of the trace needs is absent: a checkpoint, a snapshot, a tensor, an operand.
+
+    Every query below raises it, with words naming what was missing, so a checker reads straight
+    through and the verdict is a FAIL that names it (a faulty wiring may well remove launches or
+    checkpoints). It is a KeyError, and no other error means missing data."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "missing data"
+
 
 @dataclass(frozen=True)
 class Region:
@@ -73,11 +86,15 @@ class Launch:
         """The backward call site ("cql", "main") from the label suffix, if any."""
         return self.label.rsplit("@", 1)[1] if "@" in self.label else None
 
-    def binding(self, role: str) -> Binding:
+    def binding(self, role: str, required: bool = True) -> Binding | None:
+        """The operand `role`; absent, it is missing data (or None when not `required`: a
+        kernel launch has no SGEMM operand C, and asking is no error)."""
         for b in self.bindings:
             if b.role == role:
                 return b
-        raise KeyError(f"launch {self.label} has no operand {role}")
+        if required:
+            raise Missing(f"launch {self.label} has no operand {role}")
+        return None
 
     def writes_to(self, buffer: str) -> bool:
         return any(b.writes and b.region and b.region.buffer == buffer for b in self.bindings)
@@ -130,25 +147,58 @@ class Trace:
     def by_label(self, label: str) -> list[Launch]:
         return [x for x in self.launches if x.label == label]
 
-    def checkpoint_index(self, step: int, name: str) -> int:
+    # ---- queries: each raises Missing, naming what it did not find ----
+    def checkpoint(self, step: int, name: str) -> Launch:
         for x in self.launches:
             if x.kind == "checkpoint" and x.step == step and x.name == name:
-                return x.index
-        raise KeyError(f"no checkpoint {name} at step {step} in {self.scenario}")
+                return x
+        raise Missing(f"no checkpoint {name} (step {step}) in {self.scenario}")
 
-    def snapshot(self, step: int, checkpoint: str, buffer: str) -> np.ndarray:
+    def checkpoint_index(self, step: int, name: str) -> int:
+        """Position of a checkpoint in the launch list (a launch's index is its position)."""
+        return self.checkpoint(step, name).index
+
+    def launches_between(self, step: int, begin: str, end: str) -> list[Launch]:
+        """The launches strictly between two checkpoints of one step."""
+        first, last = self.checkpoint_index(step, begin), self.checkpoint_index(step, end)
+        if last < first:
+            raise Missing(f"checkpoint {end} comes before {begin} (step {step}) in {self.scenario}")
+        return [x for x in self.launches[first + 1 : last] if x.kind != "checkpoint"]
+
+    def buffer_snapshot(self, step: int, checkpoint: str, buffer: str) -> np.ndarray:
+        """A whole flat buffer as snapshotted at a checkpoint."""
         try:
             return self.snapshots[(step, checkpoint)][buffer]
         except KeyError:
-            raise KeyError(
+            raise Missing(
                 f"no snapshot of {buffer} at {checkpoint} (step {step}) in {self.scenario}"
             ) from None
 
-    def tensor_view(self, array: np.ndarray, buffer: str, tensor: str | None = None) -> np.ndarray:
-        """A [rows, cols] view of one tensor inside a snapshot of `buffer`."""
-        spec = self.layout[buffer]["tensors"]
-        offset, rows, cols = spec[tensor or buffer]
-        return array[offset : offset + rows * cols].reshape(rows, cols)
+    def tensor(self, flat: np.ndarray, buffer: str, tensor: str | None = None) -> np.ndarray:
+        """A [rows, cols] view of one tensor (by default the buffer's own) inside a flat copy of
+        `buffer`, through the trace's own layout."""
+        name = tensor or buffer
+        try:
+            offset, rows, cols = self.layout[buffer]["tensors"][name]
+        except KeyError:
+            raise Missing(
+                f"the layout of {self.scenario} has no tensor {name} in {buffer}"
+            ) from None
+        if flat.size < offset + rows * cols:
+            raise Missing(f"a snapshot of {buffer} in {self.scenario} is shorter than {name}")
+        return flat[offset : offset + rows * cols].reshape(rows, cols)
+
+    def snapshot(
+        self, step: int, checkpoint: str, buffer: str, tensor: str | None = None
+    ) -> np.ndarray:
+        """One tensor of a snapshot as a [rows, cols] array."""
+        return self.tensor(self.buffer_snapshot(step, checkpoint, buffer), buffer, tensor)
+
+    def training_steps(self) -> list[int]:
+        """The training steps the trace ran: those with a `step_start` checkpoint."""
+        return sorted(
+            {x.step for x in self.launches if x.kind == "checkpoint" and x.name == STEP_START}
+        )
 
     @property
     def steps(self) -> list[int]:

@@ -9,7 +9,6 @@ the wiring of every scenario; the invariants only ever see traces, snapshots and
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -19,10 +18,15 @@ from egf_audit.pipeline.config import Config
 from egf_audit.pipeline.instance import Probes
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.pipeline.update import gate_producer
-from egf_audit.pipeline.wiring import PRODUCTION, Wiring
+from egf_audit.pipeline.wiring import PRODUCTION, ScaleTarget, Wiring
 from egf_audit.runtime.audit_run import AuditRun, Scenario
 from egf_audit.runtime.backends.base import Backend
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, DW_DIR_LABELS
+from egf_audit.runtime.contract import (
+    ALPHA_GRAD_SMOOTHED_INDEX,
+    AUX_DOWN_INDEX,
+    AUX_UP_INDEX,
+    DW_DIR_LABELS,
+)
 
 REPLAY_ALPHAS = (0.37, 1.0)
 
@@ -98,9 +102,7 @@ class Auditor:
             for sc in mode_scenarios(mode):
                 self.progress(f"scenario {sc.name}")
                 wiring = (
-                    dataclasses.replace(self.wiring, scale_target="none")
-                    if sc.skip_scale
-                    else self.wiring
+                    self.wiring.but(scale_target=ScaleTarget.NONE) if sc.skip_scale else self.wiring
                 )
                 pipe = self._pipeline(sc.name, wiring)
                 if sc.kind == "production":
@@ -150,8 +152,8 @@ class Auditor:
             rows=pipe.dims.B,
             sh2=pipe.dims.SH2,
             auxk=pipe.dims.AUXK,
-            up_idx=2,
-            down_idx=0,
+            up_idx=AUX_UP_INDEX,
+            down_idx=AUX_DOWN_INDEX,
         )
         rec.checkpoint("wrapper:before", ["grad_buf", "sp14_dir_qaux_concat_scratch", "save_h_s2"])
         backward_full(pipe, "wrapper", "dq_main", 0, 0)

@@ -1,6 +1,7 @@
 """`egf-audit mutants`: the audit once per fault, and the kill matrix (fault x invariant).
 
-The run fails when a fault survives (no invariant fails on it) or when an invariant is the
+The run fails when a fault survives (no invariant fails on it), when an invariant the fault's
+catalogue entry expects to catch it does not (`Fault.expected`), or when an invariant is the
 catcher of no fault (an invariant that never fails proves nothing).
 """
 
@@ -25,10 +26,18 @@ class FaultResult:
     caught_by: tuple[str, ...]  # codes that failed in any mode
     applicable: bool = True  # False: a kernel patch whose target code was replaced (--kernels)
     note: str = ""
+    expected: tuple[str, ...] = ()  # the catalogue's Fault.expected
 
     @property
     def survived(self) -> bool:
         return self.applicable and not self.caught_by
+
+    @property
+    def missed(self) -> tuple[str, ...]:
+        """Expected catchers that did not fail on the fault."""
+        if not self.applicable:
+            return ()
+        return tuple(c for c in self.expected if c not in self.caught_by)
 
 
 @dataclass
@@ -47,8 +56,14 @@ class MutantsResult:
         caught = {c for f in self.faults for c in f.caught_by}
         return [c for c in self.codes if c not in caught]
 
+    @property
+    def missed(self) -> dict[str, tuple[str, ...]]:
+        return {f.name: f.missed for f in self.faults if f.missed}
+
     def ok(self, all_faults: bool) -> bool:
-        return not self.survivors and (not all_faults or not self.idle_invariants)
+        return (
+            not self.survivors and not self.missed and (not all_faults or not self.idle_invariants)
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -59,6 +74,7 @@ class MutantsResult:
                     "name": f.name,
                     "summary": f.summary,
                     "caught_by": list(f.caught_by),
+                    "expected": list(f.expected),
                     "applicable": f.applicable,
                     "note": f.note,
                 }
@@ -66,6 +82,7 @@ class MutantsResult:
             ],
             "survivors": self.survivors,
             "idle_invariants": self.idle_invariants,
+            "missed": {name: list(codes) for name, codes in self.missed.items()},
         }
 
 
@@ -95,10 +112,14 @@ def run_mutants(
         try:
             faulty_kernels = fault.apply_kernels(kernels)
         except AuditEnvironmentError as exc:
-            result.faults.append(FaultResult(fault.name, fault.summary, (), False, str(exc)))
+            result.faults.append(
+                FaultResult(fault.name, fault.summary, (), False, str(exc), fault.expected)
+            )
             continue
         backend = select_backend(device, faulty_kernels) if fault.patch else clean_backend
-        run = Auditor(config, backend, fault.apply_wiring(), steps=steps).run(modes)
+        run = Auditor(config, backend, fault.wiring, steps=steps).run(modes)
         caught = tuple(sorted({r.code for r in evaluate(run) if r.verdict.status == FAIL}))
-        result.faults.append(FaultResult(fault.name, fault.summary, caught))
+        result.faults.append(
+            FaultResult(fault.name, fault.summary, caught, expected=fault.expected)
+        )
     return result

@@ -27,9 +27,15 @@ def cuda_usable() -> tuple[bool, str]:
     return True, ""
 
 
-def select_backend(device: str, kernel_set: KernelSet) -> Backend:
+def check_device(device: str) -> str:
+    """The device, if it is one of DEVICES; else a usage error (exit 2)."""
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
+    return device
+
+
+def select_backend(device: str, kernel_set: KernelSet) -> Backend:
+    check_device(device)
     if device in ("auto", "cuda"):
         ok, why = cuda_usable()
         if ok:
@@ -43,4 +49,4 @@ def select_backend(device: str, kernel_set: KernelSet) -> Backend:
     return CpuBackend(kernel_set)
 
 
-__all__ = ["DEVICES", "Backend", "cuda_usable", "select_backend"]
+__all__ = ["DEVICES", "Backend", "check_device", "cuda_usable", "select_backend"]

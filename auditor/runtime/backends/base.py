@@ -34,8 +34,6 @@ class Backend(Protocol):
 
     def memset_zero(self, ptr: int, count: int) -> None: ...
 
-    def copy(self, dst: int, src: int, count: int) -> None: ...
-
     def sgemm(
         self,
         transa: str,

@@ -171,10 +171,6 @@ class CpuBackend:
     def memset_zero(self, ptr: int, count: int) -> None:
         self._view(ptr, (count,), (1,)).zero_()
 
-    def copy(self, dst: int, src: int, count: int) -> None:
-        self._view(dst, (count,), (1,)).copy_(self._view(src, (count,), (1,)))
-
-    # ---- compute ----
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         # Column-major operands as strided views: op(A) is m x k, op(B) is k x n, C is m x n.
         op_a = self._view(a, (m, k), (1, lda) if transa == "N" else (lda, 1))

@@ -192,12 +192,6 @@ class CudaBackend:
     def memset_zero(self, ptr: int, count: int) -> None:
         cupy.cuda.runtime.memsetAsync(ptr, 0, count * ELEMENT_BYTES, self.stream.ptr)
 
-    def copy(self, dst: int, src: int, count: int) -> None:
-        cupy.cuda.runtime.memcpyAsync(
-            dst, src, count * ELEMENT_BYTES, cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr
-        )
-
-    # ---- compute ----
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
         self._alpha[0], self._beta[0] = alpha, beta
         args = (
