@@ -3,6 +3,9 @@
 This table is the ABI. Both backends launch from it, the recorder turns a launch's arguments into
 read/write regions with it, and `--kernels DIR` sources are checked against its signatures.
 Launch shape for every kernel: 1-D, 256 threads a block, ceil(threads / 256) blocks.
+
+Longer than most files here on purpose: the table is one flat registry (as the invariants and
+faults are), read top to bottom; splitting it would scatter the ABI over several files.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """`egf-audit bench` on the CPU: outputs, the torch-eager reference, FLOP counting, targets, and
 the CUDA-graph path run on a CPU backend that enforces stream-capture rules. Speed is never
-asserted: timings only have to exist and be positive."""
+asserted: timings only have to exist and be positive.
+
+Long on purpose: the bench's options, measurements, targets and renderings share fixtures
+(tiny pipelines, fake sessions) that would otherwise be repeated in several files.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import torch
 from rich.console import Console
 
 from egf_audit.bench import run as bench
+from egf_audit.bench.measure import STATE_BUFFERS, step_flops
+from egf_audit.bench.render import rich_table, to_json, to_markdown
 from egf_audit.bench.report import (
     BenchReport,
     Row,
@@ -25,13 +31,11 @@ from egf_audit.bench.report import (
     Timing,
     Unavailable,
     evaluate_targets,
-    rich_table,
-    to_json,
-    to_markdown,
 )
-from egf_audit.bench.run import bench_command, run_bench, step_flops
-from egf_audit.bench.torch_reference import TorchSP14, WireGate, torch_batch
+from egf_audit.bench.run import bench_command, run_bench
+from egf_audit.bench.torch_reference import TorchSP14, torch_batch
 from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.oracle.model import WireGate
 from egf_audit.pipeline.config import preset_config
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.runtime.contract import BRANCHES, param_shapes
@@ -141,7 +145,7 @@ def _pipeline_and_torch_model(cfg, backend):
     """A fresh pipeline, the torch model built from its initial state, and its batch 0."""
     pipe = SP14Pipeline(cfg, backend, instrumented=False)
     pipe.initialize()
-    state = {b: pipe.rec.read(b) for b in bench.STATE_BUFFERS}
+    state = {b: pipe.rec.read(b) for b in STATE_BUFFERS}
     model = TorchSP14.from_buffers(cfg.dims, cfg.hyper, pipe.layout, state, torch.device("cpu"))
     return pipe, model, torch_batch(pipe.make_batch(0), torch.device("cpu"))
 

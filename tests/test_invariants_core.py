@@ -3,6 +3,9 @@
 Each holds on the clean pipeline in both modes; each fails on the faults it exists for, with the
 deciding fact named in its evidence; the whole fault catalogue gives exactly the kill pattern
 below; and no check raises on a run that lost snapshots, launches or scenarios.
+
+Long on purpose: one table of deciding evidence per (invariant, fault) pair, kept next to the
+tests that read it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from egf_audit.pipeline import backward, forward, update
+from egf_audit.pipeline import forward, update
+from egf_audit.pipeline.call_site import call_site
 from egf_audit.pipeline.instance import NO_PROBES, Probes, TrainerInstance
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES, PERSISTENT
 
@@ -63,7 +64,7 @@ class SP14Pipeline(TrainerInstance):
         # grad_buf is zeroed once per step; every dW SGEMM accumulates into it (beta = 1)
         rec.memset_zero("zero_grad_buf", self.ptr("grad_buf"), self.layout.buffer("grad_buf").size)
         for site in ("cql", "main"):
-            backward.call_site(self, site, probes)
+            call_site(self, site, probes)
         rec.checkpoint("after_backward", ["grad_buf"])
 
         self.adam_t += 1
