@@ -79,7 +79,9 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
             "first_value": json_float(wire[row]),
             "first_bits": hex_bits(wire[row]),
         }
-    changed = bit_mismatch(before, after)
+    # bitwise, except that a zero may change its sign: with lambda_aux = 0 the CE gradient is -0.0
+    # and the trainer's own add of the closed wire's +0.0 gives +0.0; that carries no gradient
+    changed = bit_mismatch(before, after) & ~((before == 0) & (after == 0))
     if changed.any():
         with np.errstate(invalid="ignore"):  # a leaked NaN makes the change NaN: reported so
             largest = np.max(np.abs(after - before)[changed])
@@ -136,22 +138,26 @@ INVARIANT = Invariant(
         "gradient at the main site, zeros at the CQL site)."
     ),
     why=(
-        "Gate 0 is the conservative safety state: before the producer is wired, and whenever "
-        "it fails closed, no Q-head gradient may leak into the aux head. A plain multiply "
-        "gives NaN * 0 = NaN and -g * 0 = -0.0, so only an explicit alpha == 0 branch closes "
-        "the wire; an ungated call site or a scale on the wrong buffer leaves it open."
+        "Gate 0 is the conservative safety state: before the producer is wired, and whenever it"
+        " fails closed, no Q-head gradient may leak into the aux head. A plain multiply gives "
+        "NaN * 0 = NaN and -g * 0 = -0.0, so only an explicit alpha == 0 branch closes the "
+        "wire; an ungated call site or a scale on the wrong buffer leaves it open."
     ),
     how=(
         "Every production and replay step of the mode whose after_losses ISV[393] is 0.0 is "
         "checked (not the replay that removes the scale launch on purpose). The non-finite "
         "replay cycles NaN, +Inf, -Inf and -1 into the wire dX after backward_full, and the "
-        "check first confirms that {site}:after_inject holds exactly those values. The wire "
-        "column at {site}:after_scale is compared by bit pattern with +0.0; d_aux_logits at "
-        "{site}:aux_after_wire with {site}:aux_before_wire."
+        "check first confirms that `cql:after_inject`/`main:after_inject` holds exactly those "
+        "values. The wire column at `cql:after_scale`/`main:after_scale` is compared by bit "
+        "pattern with +0.0; d_aux_logits at `cql:aux_after_wire`/`main:aux_after_wire` with "
+        "`cql:aux_before_wire`/`main:aux_before_wire` by bit pattern too, except that -0.0 and "
+        "+0.0 count as the same zero there: adding the closed wire's +0.0 to a -0.0 CE gradient"
+        " (lambda_aux = 0) gives +0.0 in IEEE arithmetic, on the trainer as here, and delivers "
+        "no gradient; any other change, NaN included, fails."
     ),
     catches=(
-        "A missing scale launch, a call site left ungated, a scale pointed at the x concat or at "
-        "dW, a scale without the alpha == 0 branch, and a scale given the wrong column."
+        "A missing scale launch, a call site left ungated, a scale pointed at the x concat or "
+        "at dW, a scale without the alpha == 0 branch, and a scale given the wrong column."
     ),
     example=(
         "sp14_scale_wire_col computes *g = *g * a: with the sentinel gate a row whose upstream "

@@ -104,8 +104,8 @@ INVARIANT = Invariant(
     message="With 0 < ISV[393] <= 1 the scale must make the wire column fl(alpha * g), no more.",
     what=(
         "In every step whose gate alpha = ISV[393] lies in (0, 1], column SH2 of "
-        "sp14_d_dir_qaux_concat after sp14_scale_wire_col equals the fp32 product alpha * g, bit "
-        "for bit, where g is the same column before the scale, at both call sites; columns "
+        "sp14_d_dir_qaux_concat after sp14_scale_wire_col equals the fp32 product alpha * g, "
+        "bit for bit, where g is the same column before the scale, at both call sites; columns "
         "[0, SH2), which feed d_h_s2, are bitwise untouched by the scale."
     ),
     why=(
@@ -114,19 +114,20 @@ INVARIANT = Invariant(
         "one column both leaves the wire ungated and corrupts a trunk gradient column."
     ),
     how=(
-        "The replays force the gate to 0.37 and 1; live production steps whose gate lies in "
-        "(0, 1] count too (the replay that removes the scale launch on purpose does not). "
-        "For each site the wire column at {site}:after_scale is compared by bit pattern with "
-        "np.float32(alpha) * g, g read at {site}:after_backward_full, and columns [0, SH2) "
-        "with the same snapshot."
+        "The replays force the gate to 0.37 and 1; live production steps whose gate lies in (0,"
+        " 1] count too (the replay that removes the scale launch on purpose does not). For each"
+        " site the wire column at `cql:after_scale`/`main:after_scale` is compared by bit "
+        "pattern with np.float32(alpha) * g, g read at "
+        "`cql:after_backward_full`/`main:after_backward_full`, and columns [0, SH2) with the "
+        "same snapshot."
     ),
     catches=(
-        "A scale launched on column SH2 - 1, a missing scale launch, a site left ungated, and a "
-        "scale pointed at another buffer."
+        "A scale launched on column SH2 - 1, a missing scale launch, a site left ungated, and a"
+        " scale pointed at another buffer."
     ),
     example=(
-        "sp14_scale_wire_col launched with wire_col = SH2 - 1 and alpha = 0.37: the wire "
-        "column keeps g unscaled and column SH2 - 1 of d_h_s2's source shrinks to 0.37 of itself."
+        "sp14_scale_wire_col launched with wire_col = SH2 - 1 and alpha = 0.37: the wire column"
+        " keeps g unscaled and column SH2 - 1 of d_h_s2's source shrinks to 0.37 of itself."
     ),
     check=check,
 )

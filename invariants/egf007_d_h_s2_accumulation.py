@@ -206,30 +206,31 @@ INVARIANT = Invariant(
     ),
     why=(
         "B.10 moved the direction branch's dX out of `d_h_s2` into `sp14_d_dir_qaux_concat`. "
-        "Before B.10 that dX SGEMM wrote `d_h_s2` with beta = 0 and so cleared it; now only the "
-        "value-FC dX (beta = 1) writes it inside `backward_full`, on top of whatever is there. "
-        "Without the memset the trunk backward of the main site adds the CQL site's stale "
+        "Before B.10 that dX SGEMM wrote `d_h_s2` with beta = 0 and so cleared it; now only the"
+        " value-FC dX (beta = 1) writes it inside `backward_full`, on top of whatever is there."
+        " Without the memset the trunk backward of the main site adds the CQL site's stale "
         "gradient. An accumulate that walks into the wire column feeds the gated aux gradient "
         "into the trunk as if it were a hidden-unit gradient."
     ),
     how=(
         "From the launch trace: the last write to `d_h_s2` before the first launch after "
-        "`{site}:before_backward_full` must be a memset covering every element, and the "
-        "snapshot there must be bitwise zero. From the `{site}:trunk_entry` snapshots: a "
-        "float64 recomputation `d_v_hid . W_v0 + sum_d d_concat_d[:, :SH2] + d_aux_logits . "
-        "W_aux` (weights from `step_start`) must match `d_h_s2` elementwise within "
-        "gamma_N * M, where M sums the magnitudes of all terms and N is twice the terms an "
-        "element sums: a proved bound for any fp32 evaluation order. Every accumulate's read "
-        "region of the dir concat dX must contain no flat index i with i % (SH2 + 1) == SH2."
+        "`cql:before_backward_full`/`main:before_backward_full` must be a memset covering every"
+        " element, and the snapshot there must be bitwise zero. From the "
+        "`cql:trunk_entry`/`main:trunk_entry` snapshots: a float64 recomputation `d_v_hid . "
+        "W_v0 + sum_d d_concat_d[:, :SH2] + d_aux_logits . W_aux` (weights from `step_start`) "
+        "must match `d_h_s2` elementwise within gamma_N * M, where M sums the magnitudes of all"
+        " terms and N is twice the terms an element sums: a proved bound for any fp32 "
+        "evaluation order. Every accumulate's read region of the dir concat dX must contain no "
+        "flat index i with i % (SH2 + 1) == SH2."
     ),
     catches=(
         "A missing `d_h_s2` memset (the value-FC dX accumulates onto stale data), and an "
-        "accumulate that reads the dir concat dX with row stride SH2 instead of SH2 + 1 "
-        "(it walks into the wire column and shears every later row)."
+        "accumulate that reads the dir concat dX with row stride SH2 instead of SH2 + 1 (it "
+        "walks into the wire column and shears every later row)."
     ),
     example=(
-        "`accumulate_d_h_s2_from_concat(d_h_s2, d_dir_qaux_concat, B, SH2, /*ld_concat=*/SH2)`: "
-        "row b is read from offset b*SH2, so row 1 starts with row 0's wire column."
+        "`accumulate_d_h_s2_from_concat(d_h_s2, d_dir_qaux_concat, B, SH2, /*ld_concat=*/SH2)`:"
+        " row b is read from offset b*SH2, so row 1 starts with row 0's wire column."
     ),
     check=check,
 )

@@ -1,11 +1,13 @@
 """EGF011 wrapper-path-residual: the legacy K = SH2 wrapper is diagnostic-only.
 
-FAIL when any production or replay trace of the mode holds a launch of the wrapper path (label
-prefix `backward_full_wrapper:`). Otherwise WARN, the one invariant that does: the wrapper is a
-documented residual, and the `diagnostic/wrapper` scenario measures what it does. Its d = 0 dW
-SGEMM writes SH2 of the SH2 + 1 columns of w_b0fc, so dW[:, SH2] stays zero after the wrapper
-(`wrapper:after`, grad_buf zeroed before) while the full backward_full on the same dQ writes it
-(`wrapper:full`).
+The wrapper path is recognised by what its launches do, never by their labels: an SGEMM that
+spans only SH2 of the SH2 + 1 columns of `w_b0fc` (its weight in `params`, its gradient in
+`grad_buf`) or of the dir concat (`sp14_dir_qaux_concat_scratch`, `sp14_d_dir_qaux_concat`).
+FAIL when any production or replay trace of the mode holds one. Otherwise WARN, the one
+invariant that does: the wrapper is a documented residual, and the `diagnostic/wrapper` scenario
+measures what it does. Its d = 0 dW SGEMM writes SH2 of the SH2 + 1 columns of w_b0fc, so
+dW[:, SH2] stays zero after the wrapper (`wrapper:after`, grad_buf zeroed before) while the full
+backward_full on the same dQ writes it (`wrapper:full`).
 """
 
 from __future__ import annotations
@@ -14,87 +16,111 @@ import numpy as np
 
 from egf_audit.invariants.common import listed, mode_traces, only_trace
 from egf_audit.invariants.registry import WARN, Invariant, Verdict, failed, warned
-from egf_audit.runtime.contract import WRAPPER_PREFIX, WRAPPER_SCENARIO
-from egf_audit.runtime.trace import Missing
+from egf_audit.runtime.contract import (
+    DIR_CONCAT,
+    DIR_DX,
+    WRAPPER_AFTER,
+    WRAPPER_BEFORE,
+    WRAPPER_FULL,
+    WRAPPER_SCENARIO,
+)
+from egf_audit.runtime.trace import Binding, Launch, Missing
+
+GROWN = "w_b0fc"  # the weight B.8 grew to [ADV, SH2 + 1]
+
+
+def short_operands(x: Launch, sh2: int) -> list[Binding]:
+    """The operands of an SGEMM that span only SH2 columns of a tensor B.8-B.10 grew to SH2 + 1:
+    the K = SH2 of the wrapper path, whatever the launch is called."""
+    if x.kind != "sgemm":
+        return []
+    return [
+        b
+        for b in x.bindings
+        if b.region is not None
+        and (b.tensor == GROWN or b.region.buffer in (DIR_CONCAT, DIR_DX))
+        and b.tensor_shape is not None
+        and b.tensor_shape[2] == sh2 + 1
+        and b.region.width == sh2
+    ]
 
 
 def _reached(run, mode: str) -> tuple[list[dict], int]:
-    """(wrapper launches per production/replay trace, traces searched)."""
+    """(K = SH2 SGEMMs per production/replay trace, traces searched)."""
     audited = mode_traces(run, mode)
     if not audited:
         raise Missing(f"no production or replay trace for mode {mode}")
+    sh2 = run.config.dims.SH2
     out = []
     for sc, trace in audited:
-        hits = [x for x in trace.launches if x.label.startswith(WRAPPER_PREFIX)]
+        hits = [(x, short_operands(x, sh2)) for x in trace.sgemms()]
+        hits = [(x, ops) for x, ops in hits if ops]
         if hits:
+            first, ops = hits[0]
             out.append(
                 {
-                    "kind": "wrapper-reached",
+                    "kind": "k-sh2-gemm",
                     "scenario": sc.name,
                     "launches": len(hits),
-                    "sites": sorted({x.site for x in hits if x.site}),
-                    "first": hits[0].label,
+                    "sites": sorted({x.site for x, _ in hits if x.site}),
+                    "first": first.label,
+                    "first_operand": f"{ops[0].role}: {ops[0].region.buffer} {ops[0].tensor}",
+                    "columns": ops[0].region.width,
                 }
             )
     return out, len(audited)
 
 
-def _wrapper_dw(trace):
-    """The wrapper's SGEMM that writes grad_buf's w_b0fc: its d = 0 dW."""
-    for x in trace.launches:
-        c = x.binding("C", required=False)
-        if (
-            x.kind == "sgemm"
-            and x.label.startswith(WRAPPER_PREFIX)
-            and c is not None
-            and c.writes
-            and c.region is not None
-            and c.region.buffer == "grad_buf"
-            and c.tensor == "w_b0fc"
-        ):
-            return x, c
-    raise Missing(f"no wrapper SGEMM writes grad_buf w_b0fc in {WRAPPER_SCENARIO}")
+def _wrapper_call(trace) -> list[Launch]:
+    """The SGEMMs of the wrapper's call in the diagnostic (between its two checkpoints)."""
+    marks = [x.step for x in trace.launches if x.kind == "checkpoint" and x.name == WRAPPER_BEFORE]
+    if not marks:
+        raise Missing(f"no checkpoint {WRAPPER_BEFORE} in {trace.scenario}")
+    between = trace.launches_between(marks[0], WRAPPER_BEFORE, WRAPPER_AFTER)
+    return [x for x in between if x.kind == "sgemm"]
 
 
-def _wrapper_dx(trace) -> dict:
-    """Where the wrapper's d = 0 dX SGEMM (the one reading params w_b0fc) reads and writes."""
-    for x in trace.launches:
-        a, c = x.binding("A", required=False), x.binding("C", required=False)
-        if (
-            x.kind == "sgemm"
-            and x.label.startswith(WRAPPER_PREFIX)
-            and a is not None
-            and a.region is not None
-            and a.region.buffer == "params"
-            and a.tensor == "w_b0fc"
-        ):
-            return {
-                "dx_label": x.label,
-                "dx_columns_read": a.region.width,
-                "dx_writes": c.region.buffer if c is not None and c.region else None,
-            }
-    return {"dx_label": None}
+def _writes_grown_grad(x: Launch) -> Binding | None:
+    c = x.binding("C", required=False)
+    if c and c.writes and c.region and c.region.buffer == "grad_buf" and c.tensor == GROWN:
+        return c
+    return None
 
 
 def _residual(run) -> dict:
     trace = only_trace(run, "diagnostic", WRAPPER_SCENARIO)
     wire = run.config.dims.SH2
-    dw, c = _wrapper_dw(trace)
-    cols = c.tensor_shape[2] if c.tensor_shape else None
+    call = _wrapper_call(trace)
+    dw = next(((x, c) for x in call if (c := _writes_grown_grad(x))), None)
+    if dw is None:
+        raise Missing(
+            f"no SGEMM of the wrapper's call writes grad_buf w_b0fc in {WRAPPER_SCENARIO}"
+        )
+    dw, c = dw
+    dx = next(
+        (
+            x
+            for x in call
+            if (a := x.binding("A", required=False))
+            and a.region
+            and a.region.buffer == "params"
+            and a.tensor == GROWN
+        ),
+        None,
+    )
     step = dw.step
-    after = trace.tensor(
-        trace.buffer_snapshot(step, "wrapper:after", "grad_buf"), "grad_buf", "w_b0fc"
-    )
-    full = trace.tensor(
-        trace.buffer_snapshot(step, "wrapper:full", "grad_buf"), "grad_buf", "w_b0fc"
-    )
+    after = trace.snapshot(step, WRAPPER_AFTER, "grad_buf", GROWN)
+    full = trace.snapshot(step, WRAPPER_FULL, "grad_buf", GROWN)
     if after.shape[1] <= wire or full.shape[1] <= wire:
         raise Missing(f"grad_buf w_b0fc has no column {wire} in {WRAPPER_SCENARIO}")
+    dx_c = dx.binding("C", required=False) if dx else None
     return {
         "dw_label": dw.label,
         "dw_columns_written": c.region.width,
-        "w_b0fc_cols": cols,
-        **_wrapper_dx(trace),
+        "w_b0fc_cols": c.tensor_shape[2] if c.tensor_shape else None,
+        "dx_label": dx.label if dx else None,
+        "dx_columns_read": dx.binding("A").region.width if dx else None,
+        "dx_writes": dx_c.region.buffer if dx_c is not None and dx_c.region else None,
         "wire_col_nonzero_after_wrapper": int(np.count_nonzero(after[:, wire])),
         "wire_col_nonzero_after_full": int(np.count_nonzero(full[:, wire])),
         "wire_col_rows": int(after.shape[0]),
@@ -104,19 +130,21 @@ def _residual(run) -> dict:
 def check(run, mode: str) -> Verdict:
     reached, searched = _reached(run, mode)
     if reached:
+        sites = sorted({s for r in reached for s in r["sites"]})
         return failed(
-            f"the legacy wrapper path runs in {len(reached)} of {searched} production/replay "
-            f"traces (sites: {', '.join(sorted({s for r in reached for s in r['sites']}))})",
+            f"a K = SH2 SGEMM on w_b0fc or the dir concat (the legacy wrapper path) runs in "
+            f"{len(reached)} of {searched} production/replay traces "
+            f"(sites: {', '.join(sites) or 'none'}; first {reached[0]['first']})",
             **listed(reached),
         )
     r = _residual(run)
     after = "stays zero" if r["wire_col_nonzero_after_wrapper"] == 0 else "is non-zero"
     full = "non-zero" if r["wire_col_nonzero_after_full"] else "zero"
     return warned(
-        f"no production call site reaches the legacy wrapper (0 launches in {searched} traces); "
-        f"residual in {WRAPPER_SCENARIO}: its d = 0 dW writes {r['dw_columns_written']} of "
-        f"{r['w_b0fc_cols']} columns of w_b0fc, dW[:, SH2] {after} after the wrapper and is "
-        f"{full} after the full backward_full",
+        f"no production call site reaches the legacy wrapper (no K = SH2 SGEMM on w_b0fc or the "
+        f"dir concat in {searched} traces); residual in {WRAPPER_SCENARIO}: its d = 0 dW writes "
+        f"{r['dw_columns_written']} of {r['w_b0fc_cols']} columns of w_b0fc, dW[:, SH2] {after} "
+        f"after the wrapper and is {full} after the full backward_full",
         **listed([]),
         **r,
     )
@@ -128,9 +156,10 @@ INVARIANT = Invariant(
     message="No production call site may reach the legacy K = SH2 backward_full wrapper.",
     what=(
         "The production and replay traces contain no launch of the legacy wrapper path "
-        "(`backward_full(..., 0, 0)`). What the wrapper does is measured in a diagnostic "
-        "scenario and reported as a known residual: a warning, never a pass, so it stays "
-        "visible in every audit."
+        "(`backward_full(..., 0, 0)`): no SGEMM that spans only SH2 of the SH2 + 1 columns of "
+        "`w_b0fc` or of the dir concat, whatever its label. What the wrapper does is measured "
+        "in a diagnostic scenario and reported as a known residual: a warning, never a pass, "
+        "so it stays visible in every audit."
     ),
     why=(
         "The wrapper keeps the pre-B.10 `K = SH2` path for callers that pass `0` for the two new "
@@ -139,9 +168,12 @@ INVARIANT = Invariant(
         "that reaches it undoes B.10 without any error."
     ),
     how=(
-        "Count launches whose label starts with `backward_full_wrapper:` in every production "
-        "and replay trace of the mode (FAIL if any). Then, in `diagnostic/wrapper`: the "
-        "wrapper's SGEMM writing `grad_buf` `w_b0fc` gives the columns written (its C "
+        "In every production and replay trace of the mode, every SGEMM operand bound to "
+        "`w_b0fc` (params or grad_buf) or to the dir concat buffers is measured: a box of SH2 "
+        "columns in a tensor of SH2 + 1 is the wrapper's K = SH2 (FAIL if any). Labels are not "
+        "read: a wrapper wired in without its label is caught the same. Then, in "
+        "`diagnostic/wrapper`, between `wrapper:before` and `wrapper:after`: the SGEMM writing "
+        "`grad_buf` `w_b0fc` gives the columns written (its C "
         "binding's width against the tensor's columns); `grad_buf` snapshots give the non-zero "
         "entries of dW[:, SH2] after the wrapper (`wrapper:after`, grad_buf zeroed before) "
         "and after the full `backward_full` on the same dQ (`wrapper:full`)."

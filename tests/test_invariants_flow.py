@@ -7,6 +7,7 @@ must also never raise: on a run missing checkpoints or snapshots it fails with e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -176,7 +177,7 @@ CATCHES = (
     Catch(
         "EGF011",
         "wrapper-on-main",
-        ({"kind": "wrapper-reached", "scenario": MODE, "sites": ["main"]},),
+        ({"kind": "k-sh2-gemm", "scenario": MODE, "sites": ["main"]},),
     ),
     Catch(
         "EGF012",
@@ -310,3 +311,32 @@ def test_every_fault_gives_a_well_formed_verdict(fault_run, fault):
             v = verdict(run, code, mode)
             assert v.status in (PASS, FAIL, WARN)
             assert_well_formed(v)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_egf011_catches_the_wrapper_path_without_its_label(fault_run, mode):
+    """The wrapper's K = SH2 launches wired into a production site under ordinary labels are
+    still the wrapper path: EGF011 reads the operands' widths, not the labels."""
+    run = fault_run("wrapper-on-main")
+
+    def unlabelled(trace):
+        launches = [
+            dataclasses.replace(x, label=x.label.removeprefix("backward_full_wrapper:"))
+            for x in trace.launches
+        ]
+        return dataclasses.replace(trace, launches=launches)
+
+    relabelled = dataclasses.replace(
+        run, traces={name: unlabelled(t) for name, t in run.traces.items()}
+    )
+    assert not any(
+        x.label.startswith("backward_full_wrapper:")
+        for t in relabelled.traces.values()
+        for x in t.launches
+    )
+    v = verdict(relabelled, "EGF011", mode)
+    assert v.status == FAIL, v.summary
+    first = v.evidence["failures"][0]
+    assert first["kind"] == "k-sh2-gemm"
+    assert first["columns"] == DIMS.SH2
+    assert first["first"] == "backward_branch_dw[d=0]@main"

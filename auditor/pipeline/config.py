@@ -16,16 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from egf_audit.errors import UsageError
+from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
 
 # Sizes above this are refused as absurd: one [B, SH2+1] fp32 buffer would pass 16 GiB.
 MAX_ELEMENTS_PER_BUFFER = 1 << 32
 MAX_DIM = 1 << 20
+# Every allocation of the trainer's layout together (4 bytes an element) may take at most this,
+# and at most a quarter of the machine's memory: the audit keeps snapshots of most buffers, and
+# a config that cannot run must be refused before anything runs (exit 2), not die midway.
+MAX_LAYOUT_BYTES = 16 << 30
+MEMORY_SHARE = 4
+FP32_TINY, FP32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
 
 
 class ConfigError(UsageError):
@@ -160,17 +170,46 @@ def validate_dims(dims: Dims) -> Dims:
             f"config dims B={dims.B} x width {widest} is absurdly large "
             f"(more than {MAX_ELEMENTS_PER_BUFFER} elements in one buffer)"
         )
+    _check_total_size(dims)
     return dims
 
 
+def machine_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_total_size(dims: Dims) -> None:
+    total = 4 * sum(b.size for b in build_layout(dims).buffers)
+    memory = machine_memory_bytes()
+    limit = min(MAX_LAYOUT_BYTES, memory // MEMORY_SHARE) if memory else MAX_LAYOUT_BYTES
+    if total > limit:
+        raise ConfigError(
+            f"config dims need {total / 2**30:.1f} GiB of buffers; the limit is "
+            f"{limit / 2**30:.1f} GiB (at most {MAX_LAYOUT_BYTES >> 30} GiB and a quarter of "
+            "this machine's memory)"
+        )
+
+
 def validate_hyper(hyper: Hyper) -> Hyper:
-    for name in ("gamma", "lambda_cql", "lambda_aux", "tau", "gate_ema", "beta1", "beta2"):
+    """Every value accepted here runs a correct pipeline: the kernels take each as fp32."""
+    for name in ("gamma", "lambda_cql", "lambda_aux", "tau", "gate_ema"):
         value = getattr(hyper, name)
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"config key hyper.{name} must lie in [0, 1], got {value}")
+    for name in ("beta1", "beta2"):  # Adam divides by 1 - beta^t
+        value = getattr(hyper, name)
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"config key hyper.{name} must lie in [0, 1), got {value}")
     for name in ("huber_kappa", "lr", "eps", "sigma_max"):
-        if getattr(hyper, name) <= 0.0:
-            raise ConfigError(f"config key hyper.{name} must be > 0, got {getattr(hyper, name)}")
+        value = getattr(hyper, name)
+        if not FP32_TINY <= value <= FP32_MAX:  # a normal, finite fp32 number (> 0)
+            raise ConfigError(
+                f"config key hyper.{name} must be a normal fp32 number in "
+                f"[{FP32_TINY:.3g}, {FP32_MAX:.3g}], got {value}"
+            )
     return hyper
 
 

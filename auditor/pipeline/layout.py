@@ -1,4 +1,5 @@
-"""The trainer's allocations at given dims.
+"""The trainer's allocations at given dims (a `Dims` of pipeline/config.py, read as data: the
+config validates its total size through this module, so this one imports no config).
 
 Parameters live in ONE flat fp32 buffer `params`; `grad_buf`, `adam_m`, `adam_v` and
 `target_params` share its layout, so `goff_w_b0fc == poff_w_b0fc`. Each tensor is row-major
@@ -8,7 +9,6 @@ ISV) is one buffer holding one tensor of the same name.
 
 from __future__ import annotations
 
-from egf_audit.pipeline.config import Dims
 from egf_audit.runtime.contract import BRANCHES, param_shapes
 from egf_audit.runtime.memory import BufferSpec, Layout, Tensor
 
@@ -26,7 +26,7 @@ def _single(name: str, rows: int, cols: int, dtype: str = "f32") -> BufferSpec:
 
 
 def build_layout(
-    dims: Dims,
+    dims,
     adam_state_shapes: list[tuple[str, int, int]] | None = None,
     sn_v_len: int | None = None,
 ) -> Layout:

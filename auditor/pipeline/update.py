@@ -3,6 +3,8 @@ w_b0fc, and Polyak averaging of the target network."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from egf_audit.pipeline.gemm import gemm_dot, gemm_dx, gemm_xwt
 from egf_audit.pipeline.instance import TrainerInstance
 from egf_audit.pipeline.wiring import PolyakBlend
@@ -44,8 +46,10 @@ def gate_producer(p: TrainerInstance, label: str = "gate") -> None:
 def adam(p: TrainerInstance) -> None:
     """One launch per parameter tensor; m and v are addressed through their own offset table."""
     h, rec = p.hyper, p.rec
-    bc1 = 1.0 - h.beta1**p.adam_t
-    bc2 = 1.0 - h.beta2**p.adam_t
+    # from the fp32 betas the kernel multiplies with: near 1, 1 - beta and 1 - beta^t cancel, and
+    # a correction from the unrounded beta would not undo the kernel's (1 - fp32(beta)) factor
+    bc1 = 1.0 - float(np.float32(h.beta1)) ** p.adam_t
+    bc2 = 1.0 - float(np.float32(h.beta2)) ** p.adam_t
     state = p.layout.buffer("adam_m")
     for name, _, _ in param_shapes(p.dims):
         n = state.tensor(name).size  # the state table decides how many elements are updated

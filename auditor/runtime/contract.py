@@ -74,6 +74,11 @@ DW_DIR_LABELS = frozenset(at_site("backward_branch_dw[d=0]", s) for s in SITES)
 
 # ---- scenarios ----
 WRAPPER_SCENARIO = "diagnostic/wrapper"
+# checkpoints of the wrapper diagnostic: before and after the legacy wrapper's call, and after a
+# full backward_full on the same dQ
+WRAPPER_BEFORE = "wrapper:before"
+WRAPPER_AFTER = "wrapper:after"
+WRAPPER_FULL = "wrapper:full"
 GATE_PROBE_SCENARIO = "probe/gate"
 REPLAYED_STEP = 0  # every replay re-runs step 0 from the production run's initial state
 

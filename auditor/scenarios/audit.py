@@ -26,6 +26,9 @@ from egf_audit.runtime.contract import (
     AUX_DOWN_INDEX,
     AUX_UP_INDEX,
     DW_DIR_LABELS,
+    WRAPPER_AFTER,
+    WRAPPER_BEFORE,
+    WRAPPER_FULL,
 )
 
 REPLAY_ALPHAS = (0.37, 1.0)
@@ -155,9 +158,9 @@ class Auditor:
             up_idx=AUX_UP_INDEX,
             down_idx=AUX_DOWN_INDEX,
         )
-        rec.checkpoint("wrapper:before", ["grad_buf", "sp14_dir_qaux_concat_scratch", "save_h_s2"])
+        rec.checkpoint(WRAPPER_BEFORE, ["grad_buf", "sp14_dir_qaux_concat_scratch", "save_h_s2"])
         backward_full(pipe, "wrapper", "dq_main", 0, 0)
-        rec.checkpoint("wrapper:after", ["grad_buf", "d_h_s2"])
+        rec.checkpoint(WRAPPER_AFTER, ["grad_buf", "d_h_s2"])
         rec.memset_zero(
             "diagnostic:zero_grad_buf_full",
             pipe.ptr("grad_buf"),
@@ -170,7 +173,7 @@ class Auditor:
             pipe.ptr("sp14_dir_qaux_concat_scratch"),
             pipe.ptr("sp14_d_dir_qaux_concat"),
         )
-        rec.checkpoint("wrapper:full", ["grad_buf", "sp14_d_dir_qaux_concat"])
+        rec.checkpoint(WRAPPER_FULL, ["grad_buf", "sp14_d_dir_qaux_concat"])
         return pipe
 
     def _gate_probe(self) -> SP14Pipeline:

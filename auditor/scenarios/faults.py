@@ -59,21 +59,21 @@ FAULTS: tuple[Fault, ...] = (
         "fwd-k-sh2",
         "forward d = 0 SGEMM keeps K = SH2 against w_b0fc's LDA = SH2 + 1 (pre-B.9)",
         wiring=PRODUCTION.but(fwd_dir_k=Width.SH2),
-        expected=("EGF001", "EGF010"),
+        expected=("EGF001", "EGF010", "EGF011"),
     ),
     Fault(
         "dw-k-sh2",
         "backward d = 0 dW SGEMM reads (save_h_s2, SH2): the wire column of dW is "
         "never written (pre-B.10)",
         wiring=PRODUCTION.but(dw_dir_x=DwInput.H_S2),
-        expected=("EGF001", "EGF002", "EGF006", "EGF010"),
+        expected=("EGF001", "EGF002", "EGF006", "EGF010", "EGF011"),
     ),
     Fault(
         "dx-k-sh2",
         "backward d = 0 dX SGEMM keeps K = SH2: the wire column of "
         "d_dir_qaux_concat is never written (pre-B.10)",
         wiring=PRODUCTION.but(dx_dir_k=Width.SH2),
-        expected=("EGF001", "EGF010"),
+        expected=("EGF001", "EGF010", "EGF011"),
     ),
     Fault(
         "scale-x-concat",
@@ -156,7 +156,7 @@ FAULTS: tuple[Fault, ...] = (
         "sn-vector-sh2",
         "the spectral-norm vector v of w_b0fc keeps its pre-B.8 length SH2",
         wiring=PRODUCTION.but(sn_v_len=Width.SH2),
-        expected=("EGF001", "EGF009", "EGF010"),
+        expected=("EGF001", "EGF009", "EGF010", "EGF011"),
     ),
     Fault(
         "adam-state-sh2",
