@@ -129,7 +129,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
 INVARIANT = Invariant(
     code="EGF010",
     slug="oracle-agreement",
-    message="the pipeline's gradients or post-step state disagree with the float64 oracle",
+    message="The pipeline's gradients and post-step state agree with the float64 oracle.",
     what=(
         "Every gradient tensor in grad_buf, and the post-step params, Adam m/v, the spectral-norm "
         "vectors of w_b0fc and the target params, agree with an independent float64 torch-autograd "

@@ -1,8 +1,10 @@
 """The audit document, `docs/dqn-wire-up-audit.md`.
 
 Everything outside the environment block is a function of the code, the config and the seed
-only, so a document made on the GPU passes `--check` on the CPU; device-dependent values (the
-device, versions, timings, the measured evidence numbers) live between ENV_BEGIN and ENV_END.
+only, so a document made on the GPU passes `--check` on the CPU; backend-dependent values (the
+device, the backend's libraries, the measured evidence numbers) live between ENV_BEGIN and
+ENV_END. Nothing that changes from run to run on one machine (timings, host, platform) is
+written at all: re-running the audit on an unchanged tree leaves the file byte for byte as it was.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import re
 
 from egf_audit.reports.bindings import SGEMM_ARGS, number, operand, operands, scalar_args
+from egf_audit.reports.data_flow import data_flow
+from egf_audit.reports.glossary import glossary
 from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
@@ -29,9 +33,10 @@ EVIDENCE_CHARS = 400  # per verdict in the document; --json has all of it
 def render_document(report: AuditReport) -> str:
     sections = [
         _header(report),
+        glossary(),
         _invariants(report),
         _wire_status(report),
-        _data_flow(report),
+        data_flow(report),
         _sgemms(report),
         _timeline(report),
         _kernels(report),
@@ -69,6 +74,24 @@ def stale_diff(committed: str, regenerated: str, path: str, limit: int = 60) -> 
     return lines
 
 
+def first_stale_line(committed: str, regenerated: str) -> int | None:
+    """The committed file's first line (1-based) that --check finds different, for an
+    annotation on the pull request's diff; None when current."""
+    committed = committed.replace("\r\n", "\n")
+    old = without_environment(committed).splitlines()
+    new = without_environment(regenerated).splitlines()
+    index = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), None)
+    if index is None:
+        if len(old) == len(new):
+            return None
+        index = min(len(old), len(new))
+    lines = committed.splitlines()
+    if ENV_BEGIN in lines and ENV_END in lines and index > old.index(ENV_BEGIN):
+        # the block was emptied to 3 lines for the comparison; count its real length back in
+        index += lines.index(ENV_END) - lines.index(ENV_BEGIN) - 2
+    return min(index, max(len(lines) - 1, 0)) + 1
+
+
 # ---- sections ----
 def _header(report: AuditReport) -> list[str]:
     cfg = report.config
@@ -84,7 +107,8 @@ def _header(report: AuditReport) -> list[str]:
         f"{report.steps} training step{'s' * (report.steps != 1)} a run, "
         f"modes {' and '.join(report.modes)}; every launch recorded, "
         f"{len(report.invariants)} invariants proved from the recording. "
-        "The measured numbers behind each verdict are in the environment block below.",
+        "The terms below define the trainer's names; the measured numbers behind each verdict "
+        "are in the environment block near the end.",
     ]
 
 
@@ -133,48 +157,11 @@ def _wire_status(report: AuditReport) -> list[str]:
     return [
         "## Wire status",
         "",
-        f"The seed's wire-status claims, each measured: the status is the verdict of the "
-        f"invariants named; the evidence is from the launches of step 0 of the {mode} "
-        "production run.",
+        "What the B.10 change claims for each stage of the wire, measured: a row's status is "
+        "the verdict of the invariants about that stage (EGF001 counts only for the SGEMMs of "
+        f"the stage); the evidence is from the launches of step 0 of the {mode} production run.",
         "",
         *table(["wire", "status", "measured", "proved by"], rows),
-    ]
-
-
-def _data_flow(report: AuditReport) -> list[str]:
-    d = report.config.dims
-    w = d.SH2 + 1
-    return [
-        "## Data flow",
-        "",
-        "```mermaid",
-        "flowchart TD",
-        "  subgraph forward",
-        f'    obs["obs [{d.B}, {d.OBS}]"] --> trunk["trunk: h_s1, h_s2"]',
-        f'    trunk --> hs2["save_h_s2 [{d.B}, {d.SH2}]"]',
-        f'    hs2 --> aux["aux head: aux_nb_softmax_buf [{d.B}, {d.AUXK}]"]',
-        '    aux --> wire["wire = p[up] - p[down]"]',
-        f'    hs2 --> concat["sp14_dir_qaux_concat_scratch [{d.B}, {w}]"]',
-        "    wire --> concat",
-        f'    concat --> fc0["forward_branch_fc d=0: w_b0fc [{d.ADV}, {w}], K = {w}"]',
-        '    hs2 --> heads["mag, ord, urg branches; value stream"]',
-        '    fc0 --> q["dueling Q heads"]',
-        "    heads --> q",
-        "  end",
-        '  subgraph backward ["backward, per call site: cql, then main"]',
-        '    dq["dQ"] --> dwsg["d=0 dW SGEMM: grad_buf+goff_w_b0fc"]',
-        f'    dq --> dxsg["d=0 dX SGEMM: sp14_d_dir_qaux_concat [{d.B}, {w}]"]',
-        '    dxsg --> gate{"sp14_scale_wire_col: column SH2 times ISV[393]"}',
-        f'    gate -- "columns 0..{d.SH2 - 1}" --> acc["accumulate into d_h_s2 [{d.B}, {d.SH2}]"]',
-        '    gate -- "gated wire column" --> auxb["aux head backward"]',
-        '    acc --> trunkb["trunk backward"]',
-        "    auxb --> trunkb",
-        "  end",
-        '  isv["ISV[393]: 0.0 (sentinel) or the live gate"] -.-> gate',
-        "  q --> dq",
-        '  polyak["polyak_ema: tau params + (1 - tau) target"] -. "the only writer" .-> '
-        'target["target_params"]',
-        "```",
     ]
 
 
@@ -310,8 +297,10 @@ def _environment(report: AuditReport) -> list[str]:
         ENV_BEGIN,
         "## Environment",
         "",
-        "Where this document was made. Everything between the environment markers depends on "
-        "the machine and backend, and `egf-audit run --check` ignores it.",
+        "What depends on the backend this document was made on. `egf-audit run --check` ignores "
+        "everything between the environment markers, so a document made on a GPU is current "
+        "on a CPU runner. Timings, host and platform are not written here (they change on every "
+        "run): `egf-audit run` prints them and `--json` holds them.",
         "",
         *table(["key", "value"], rows),
         "",
@@ -377,7 +366,8 @@ def _reproduce(report: AuditReport) -> list[str]:
         report.command,
         "```",
         "",
-        "The device is left to `--device auto` (CUDA when a GPU works, else the CPU); the "
-        "document outside the environment block is the same on either. "
-        "`egf-audit run --check` with the same options fails while this file is stale.",
+        "Run it from the repository root: the paths in this document are relative to it. The "
+        "device is left to `--device auto` (CUDA when a GPU works, else the CPU); the document "
+        "outside the environment block is the same on either. `egf-audit run --check` with the "
+        "same options fails while this file is stale.",
     ]

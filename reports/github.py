@@ -1,17 +1,35 @@
-"""GitHub Actions output, used when GITHUB_ACTIONS=true: workflow-command annotations on stdout
-and a markdown summary appended to $GITHUB_STEP_SUMMARY."""
+"""GitHub Actions output (GITHUB_ACTIONS=true, or `--output-format github`): workflow-command
+annotations on stdout and a markdown summary appended to $GITHUB_STEP_SUMMARY.
+
+An annotation carries `file=` and `line=` where a file is known, so GitHub shows it on the pull
+request's diff: the trainer's own kernel file (under `--kernels`) for a failure that involves
+that kernel, the document's first stale line for a stale document. EGF011's documented residual
+is a warning that holds: one `::notice`, not one `::warning` per mode.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 from egf_audit.invariants.registry import FAIL, WARN
+from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
-from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
+from egf_audit.reports.model import STATUS_LABEL, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
+# The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
+KERNEL_JUDGED_BY = {
+    "EGF003": "sp14_scale_wire_col",
+    "EGF004": "sp14_scale_wire_col",
+    "EGF008": "sp14_scale_wire_col",
+    "EGF006": "sp14_dir_concat_qaux",
+    "EGF007": "accumulate_d_h_s2_from_concat",
+    "EGF005": "polyak_ema",
+}
 
 
 def in_github_actions() -> bool:
@@ -28,36 +46,76 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def command(level: str, message: str, **properties: str | None) -> str:
-    props = ",".join(f"{k}={escape_property(v)}" for k, v in properties.items() if v)
+def command(level: str, message: str, **properties: object) -> str:
+    props = ",".join(
+        f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None
+    )
     return f"::{level}{' ' + props if props else ''}::{escape_data(message)}"
 
 
-def annotations(report: AuditReport, stale_path: str | None = None) -> list[str]:
-    """One ::error per failed verdict, one ::warning per warning, one ::error for a stale
-    document."""
+def entry_line(text: str, name: str) -> int:
+    """The line that names the kernel in its `__global__ ... name(` definition (1 if none)."""
+    m = re.search(r"__global__[^;{]*?\b" + re.escape(name) + r"\s*\(", text)
+    return text.count("\n", 0, m.end()) + 1 if m else 1
+
+
+def kernel_location(gate: Gate, result) -> tuple[str, int] | None:
+    """(file, line) of the trainer's kernel a failed verdict involves, under --kernels only: a
+    bundled kernel is no file of the pull request."""
+    trainer = {s.spec.name: s for s in gate.report.kernels.sources if s.origin == "kernels-dir"}
+    if not trainer:
+        return None
+    said = result.verdict.summary + " " + json.dumps(jsonable(result.verdict.evidence))
+    named = [name for name in trainer if name in said]
+    if not named and KERNEL_JUDGED_BY.get(result.code) in trainer:
+        named = [KERNEL_JUDGED_BY[result.code]]
+    if not named:
+        return None
+    source = trainer[named[0]]
+    return source.path, entry_line(source.text, source.spec.name)
+
+
+def annotations(gate: Gate) -> list[str]:
+    """One ::error per failed verdict, one ::notice per invariant that warned (however many
+    modes), one ::error on the document when it is stale."""
+    report = gate.report
     lines = []
     for r in report.results:
-        if r.verdict.status not in (FAIL, WARN):
+        if r.verdict.status != FAIL:
             continue
         inv = report.invariant(r.code)
         slug, message = (inv.slug, inv.message) if inv else ("", "")
-        level = "error" if r.verdict.status == FAIL else "warning"
+        where = kernel_location(gate, r)
+        file, line = where if where else (None, None)
         text = f"[{r.mode}] {slug}: {message} ({r.verdict.summary})"
-        lines.append(command(level, text, title=r.code))
-    if stale_path is not None:
+        lines.append(command("error", text, title=r.code, file=file, line=line))
+    warned: dict[str, list] = {}
+    for r in report.results:
+        if r.verdict.status == WARN:
+            warned.setdefault(r.code, []).append(r)
+    for code_, results in warned.items():
+        inv = report.invariant(code_)
+        slug = inv.slug if inv else ""
+        modes = " and ".join(r.mode for r in results)
+        summary = results[0].verdict.summary
+        text = f"{slug} (a documented residual, not a failure; {modes}): {summary}"
+        lines.append(command("notice", text, title=code_))
+    if gate.stale:
         lines.append(
             command(
                 "error",
-                f"{stale_path} is stale: run `egf-audit run` and commit the result",
+                f"{gate.document} is stale: it {gate.stale_reason}; run `{report.command}` "
+                "from the repository root and commit the result",
                 title="egf-audit --check",
-                file=stale_path,
+                file=gate.document,
+                line=gate.stale_line,
             )
         )
     return lines
 
 
-def step_summary(report: AuditReport, stale_path: str | None = None) -> str:
+def step_summary(gate: Gate) -> str:
+    report = gate.report
     rows = [
         [
             inv.code,
@@ -70,11 +128,31 @@ def step_summary(report: AuditReport, stale_path: str | None = None) -> str:
         for inv in report.invariants
     ]
     wires = [[w.wire, ROW_STATUS[w.status], ", ".join(w.codes)] for w in wire_status(report)]
-    lines = [f"## egf-audit: {verdict_line(report)}", ""]
-    if stale_path is not None:
-        lines += [f"**{code(stale_path)} is stale**: run `egf-audit run` and commit it.", ""]
+    lines = [f"## egf-audit: {gate.line()}", ""]
+    lines += [f"- {reason}" for reason in gate.reasons()]
+    if gate.reasons():
+        lines.append("")
+    if gate.stale:
+        lines += [f"**{code(gate.document)} is STALE**: run `{report.command}` and commit it.", ""]
     lines += table(["code", "invariant", *report.modes], rows)
     lines += ["", *table(["wire", "status", "proved by"], wires)]
+    info = report.run_info
+    if info:
+        ran = ", ".join(f"{k} {v}" for k, v in info.items() if not isinstance(v, dict))
+        timings = info.get("timings_s", {})
+        total = sum(timings.values()) if isinstance(timings, dict) else 0.0
+        lines += ["", f"Ran on {ran}; {total:.1f} s."]
+    if gate.stale and gate.diff:
+        lines += [
+            "",
+            "<details><summary>stale diff</summary>",
+            "",
+            "```diff",
+            *[line.rstrip("\n") for line in gate.diff],
+            "```",
+            "",
+            "</details>",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -6,9 +6,9 @@ import json
 import math
 from typing import Any
 
-from egf_audit.reports.model import AuditReport, verdict_line
+from egf_audit.reports.model import Gate
 
-SCHEMA = "egf-audit/run/1"
+SCHEMA = "egf-audit/run/2"  # 2: ok/verdict are the gate's (a stale document fails), run info
 
 
 def jsonable(value: Any) -> Any:
@@ -27,18 +27,22 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def report_dict(report: AuditReport, exit_code: int, document: dict[str, Any]) -> dict[str, Any]:
+def report_dict(gate: Gate, exit_code: int) -> dict[str, Any]:
+    report = gate.report
     return {
         "schema": SCHEMA,
         "egf_audit_version": report.version,
-        "ok": report.ok,
+        "ok": gate.ok,
         "exit_code": exit_code,
-        "verdict": verdict_line(report),
+        "verdict": gate.line(),
+        "reasons": gate.reasons(),
+        "invariants_ok": report.ok,
         "command": report.command,
         "config": report.config.as_dict(),
         "modes": list(report.modes),
         "steps": report.steps,
         "environment": jsonable(report.environment),
+        "run": jsonable(report.run_info),
         "kernels": [
             {"name": s.spec.name, "path": s.path, "origin": s.origin, "sha256": s.sha256}
             for s in report.kernels.sources
@@ -62,9 +66,14 @@ def report_dict(report: AuditReport, exit_code: int, document: dict[str, Any]) -
             }
             for inv in report.invariants
         ],
-        "document": document,
+        "document": {
+            "path": gate.document,
+            "checked": gate.checked,
+            "stale": gate.stale,
+            "reason": gate.stale_reason or None,
+        },
     }
 
 
-def render_json(report: AuditReport, exit_code: int, document: dict[str, Any]) -> str:
-    return json.dumps(report_dict(report, exit_code, document), indent=2, allow_nan=False) + "\n"
+def render_json(gate: Gate, exit_code: int) -> str:
+    return json.dumps(report_dict(gate, exit_code), indent=2, allow_nan=False) + "\n"

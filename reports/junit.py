@@ -2,7 +2,8 @@
 
 A failed verdict is a `<failure message=...>` carrying the invariant's one-line message and the
 verdict's summary; its body adds the evidence. A warning is a passing testcase whose
-`<system-out>` says why it warned, so CI dashboards show it without failing the build.
+`<system-out>` says why it warned, so CI dashboards show it without failing the build. With
+--check one more testcase, `document-current`, fails while the committed document is stale.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import xml.etree.ElementTree as ET
 
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.reports.json_report import jsonable
-from egf_audit.reports.model import AuditReport
+from egf_audit.reports.model import Gate
 
 # XML 1.0 cannot carry these characters at all, escaped or not.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -27,8 +28,12 @@ def testcase_name(code: str, mode: str) -> str:
     return f"{code}[{mode}]"
 
 
-def render_junit(report: AuditReport, seconds: dict[str, float] | None = None) -> str:
+DOCUMENT_CASE = "document-current"
+
+
+def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
     """`seconds`: time each invariant's check took over all modes (split evenly per mode)."""
+    report = gate.report
     seconds = seconds or {}
     suites = ET.Element("testsuites", name="egf-audit")
     suite = ET.SubElement(
@@ -36,9 +41,9 @@ def render_junit(report: AuditReport, seconds: dict[str, float] | None = None) -
         "testsuite",
         name="egf-audit",
         errors="0",
-        failures=str(len(report.failures)),
+        failures=str(len(report.failures) + int(gate.stale)),
         skipped="0",
-        tests=str(len(report.results)),
+        tests=str(len(report.results) + int(gate.checked)),
         time=f"{sum(seconds.values()):.3f}",
     )
     modes_of = {r.code: sum(1 for q in report.results if q.code == r.code) for r in report.results}
@@ -71,5 +76,21 @@ def render_junit(report: AuditReport, seconds: dict[str, float] | None = None) -
         elif r.verdict.status == WARN:
             out = ET.SubElement(case, "system-out")
             out.text = clean(f"warning: {body}")
+    if gate.checked:
+        _document_case(suite, gate)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, "unicode") + "\n"
+
+
+def _document_case(suite: ET.Element, gate: Gate) -> None:
+    case = ET.SubElement(
+        suite, "testcase", classname="egf_audit.check", name=DOCUMENT_CASE, time="0.000"
+    )
+    if gate.stale:
+        failure = ET.SubElement(
+            case,
+            "failure",
+            message=clean(f"{gate.document} is stale: it {gate.stale_reason}"),
+            type="DocumentStale",
+        )
+        failure.text = clean("".join(gate.diff))

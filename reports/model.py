@@ -31,7 +31,9 @@ class AuditReport:
     kernels: KernelSet
     command: str  # reproduces the document; never names the device
     version: str
-    environment: dict[str, Any] = field(default_factory=dict)  # device-dependent only
+    environment: dict[str, Any] = field(default_factory=dict)  # what differs between backends
+    run_info: dict[str, Any] = field(default_factory=dict)  # host, versions, timings: never in
+    # the document, so re-running on an unchanged tree leaves it byte for byte the same
     run: AuditRun | None = None  # the traces; None in reports built without them
     witness: dict[str, Any] | None = None  # the cuBLAS witness (--cublas-log), device-dependent
 
@@ -88,3 +90,42 @@ def verdict_line(report: AuditReport) -> str:
         return line
     failed = [f"{r.code}[{r.mode}]" for r in report.failures]
     return f"FAIL: {len(failed)} of {len(report.results)} verdicts failed: " + ", ".join(failed)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The one verdict of a run over everything that decides its exit code: the invariants,
+    the cuBLAS witness and, with --check, whether the committed document is current. Every
+    output (stdout's last line, JSON, JUnit, annotations, step summary) says this same verdict."""
+
+    report: AuditReport
+    document: str  # the document's path, relative to the repository root
+    checked: bool = False  # --check compared the committed document
+    stale: bool = False
+    stale_reason: str = ""  # "differs from the regenerated audit", "does not exist"
+    diff: tuple[str, ...] = ()  # the stale part, unified diff lines
+    stale_line: int | None = None  # the committed file's first line that differs
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and self.report.witness_ok and not self.stale
+
+    def reasons(self) -> list[str]:
+        """Why the gate fails, one sentence each; [] when it passes."""
+        out = [f"{r.code}[{r.mode}] failed: {r.verdict.summary}" for r in self.report.failures]
+        if not self.report.witness_ok:
+            out.append("the cuBLAS witness disagrees with the recorded SGEMMs")
+        if self.stale:
+            out.append(f"{self.document} is STALE: it {self.stale_reason}")
+        return out
+
+    def line(self) -> str:
+        """The last line of stdout: PASS or FAIL first, STALE named when it is."""
+        invariants = verdict_line(self.report)
+        if not self.report.ok:
+            return invariants + (f"; {self.document} is also STALE" if self.stale else "")
+        if self.stale:
+            return f"FAIL: {self.document} is STALE ({invariants.removeprefix('PASS: ')})"
+        if not self.report.witness_ok:
+            return f"FAIL: the cuBLAS witness disagrees ({invariants.removeprefix('PASS: ')})"
+        return invariants

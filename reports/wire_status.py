@@ -1,8 +1,11 @@
 """The seed's "Wire status" table, filled from what the audit measured.
 
-Each row's status comes from the verdicts of the invariants that prove it; its "measured" text
-comes from the launches of the reference trace (step 0 of the production run), so it names the
-SGEMM arguments and operands that were really used. Both are the same on every backend.
+Each row's status comes from the verdicts of the invariants about that stage only: EGF001
+judges every SGEMM of the step, so a row counts its failure only when an offending launch
+belongs to the row's stage (`dx-k-sh2`, a backward bug, breaks "Backward dispatch", not
+"Forward dispatch"). The "measured" text comes from the launches of the reference trace (step 0
+of the production run), so it names the SGEMM arguments and operands that were really used.
+Both are the same on every backend.
 """
 
 from __future__ import annotations
@@ -30,11 +33,86 @@ ROW_STATUS = {
 
 
 @dataclass(frozen=True)
+class Proof:
+    """An invariant that proves a stage; `launches`: for an invariant over every launch of the
+    step (EGF001), the label prefixes of this stage's launches (empty: the whole verdict)."""
+
+    code: str
+    launches: tuple[str, ...] = ()
+    scope: str = ""  # how the document names the part that counts: "forward SGEMMs"
+
+    @property
+    def name(self) -> str:
+        return f"{self.code} ({self.scope})" if self.scope else self.code
+
+
+FORWARD = Proof("EGF001", ("forward_",), "forward SGEMMs")
+BACKWARD_DX = Proof(
+    "EGF001",
+    ("backward_branch_dx", "sp14_scale_wire_col", "accumulate_d_h_s2_from_concat"),
+    "dX, scale and accumulate launches",
+)
+BACKWARD_DW = Proof("EGF001", ("backward_branch_dw",), "dW SGEMMs")
+STAGES: tuple[tuple[str, tuple[Proof, ...]], ...] = (
+    ("Forward dispatch", (FORWARD,)),
+    (
+        "Backward dispatch",
+        (BACKWARD_DX, Proof("EGF003"), Proof("EGF004"), Proof("EGF007"), Proof("EGF008")),
+    ),
+    ("dW unchanged", (BACKWARD_DW, Proof("EGF002"), Proof("EGF006"))),
+    ("Target net", (Proof("EGF005"),)),
+    ("Wrapper path", (Proof("EGF011"),)),
+)
+
+
+@dataclass(frozen=True)
 class WireRow:
     wire: str
     status: str  # PASS, FAIL, WARN or NOT_RUN
     measured: str
-    codes: tuple[str, ...]
+    proofs: tuple[Proof, ...]
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.proofs)
+
+
+def _offends_stage(evidence: dict, prefixes: tuple[str, ...]) -> bool:
+    """Whether a failed verdict over every launch names one of this stage's launches. A
+    failure that names none (no SGEMM recorded at all) counts against every stage."""
+    labels = [
+        *evidence.get("offending_sgemm_labels", []),
+        *evidence.get("offending_launch_labels", []),
+    ]
+    if not labels:
+        return True
+    return any(label.startswith(prefixes) for label in labels)
+
+
+def proof_status(report: AuditReport, proof: Proof) -> str:
+    statuses = []
+    for mode in report.modes:
+        r = report.result(proof.code, mode)
+        if r is None:
+            return NOT_RUN
+        status = r.verdict.status
+        if status == FAIL and proof.launches:
+            status = FAIL if _offends_stage(r.verdict.evidence, proof.launches) else PASS
+        statuses.append(status)
+    if not statuses:
+        return NOT_RUN
+    for status in (FAIL, WARN):
+        if status in statuses:
+            return status
+    return PASS
+
+
+def stage_status(report: AuditReport, proofs: tuple[Proof, ...]) -> str:
+    statuses = [proof_status(report, p) for p in proofs]
+    for status in (NOT_RUN, FAIL, WARN):
+        if status in statuses:
+            return status
+    return PASS
 
 
 def reference_mode(report: AuditReport) -> str | None:
@@ -173,15 +251,15 @@ def wrapper_path(report: AuditReport, sh2: int) -> str:
 def wire_status(report: AuditReport) -> list[WireRow]:
     trace = reference_trace(report)
     sh2 = report.config.dims.SH2
-    rows = [
-        ("Forward dispatch", ("EGF001",), lambda t: forward_dispatch(t, sh2)),
-        ("Backward dispatch", ("EGF003", "EGF004", "EGF008"), backward_dispatch),
-        ("dW unchanged", ("EGF002",), lambda t: dw(t, sh2)),
-        ("Target net", ("EGF005",), target_net),
-        ("Wrapper path", ("EGF011",), lambda _t: wrapper_path(report, sh2)),
-    ]
+    measures = {
+        "Forward dispatch": lambda t: forward_dispatch(t, sh2),
+        "Backward dispatch": backward_dispatch,
+        "dW unchanged": lambda t: dw(t, sh2),
+        "Target net": target_net,
+        "Wrapper path": lambda _t: wrapper_path(report, sh2),
+    }
     out = []
-    for wire, codes, measure in rows:
-        measured = measure(trace) if trace is not None else "no trace recorded"
-        out.append(WireRow(wire, report.combined_status(codes), measured, codes))
+    for wire, proofs in STAGES:
+        measured = measures[wire](trace) if trace is not None else "no trace recorded"
+        out.append(WireRow(wire, stage_status(report, proofs), measured, proofs))
     return out

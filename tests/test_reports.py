@@ -30,7 +30,7 @@ from egf_audit.reports.document import (
 from egf_audit.reports.json_report import jsonable, render_json
 from egf_audit.reports.junit import render_junit
 from egf_audit.reports.markdown import cell, table
-from egf_audit.reports.model import AuditReport
+from egf_audit.reports.model import AuditReport, Gate
 from egf_audit.reports.timeline import STEPS, site_timeline
 from egf_audit.reports.wire_status import wire_status
 from egf_audit.runtime.trace import Binding, Region
@@ -229,7 +229,7 @@ def test_junit_survives_characters_xml_cannot_hold(ci_audit_run, kernel_set):
     report = make_report(
         ci_audit_run, {"EGF001": FAIL}, summary="bad \x00 byte & <tag>", kernels=kernel_set
     )
-    root = ET.fromstring(render_junit(report, {"EGF001": 0.5}))
+    root = ET.fromstring(render_junit(Gate(report, "d.md"), {"EGF001": 0.5}))
     case = next(c for c in root.iter("testcase") if c.get("name") == "EGF001[sentinel]")
     assert case.get("time") == "0.250"
     assert case.get("classname") == invariants.INVARIANTS[0].check.__module__
@@ -240,7 +240,7 @@ def test_json_is_strict_with_nonfinite_and_numpy_evidence(ci_audit_run, kernel_s
     evidence = {"nan": math.nan, "inf": np.float32("inf"), "n": np.int64(3), "v": np.arange(2)}
     assert jsonable(evidence) == {"nan": "nan", "inf": "inf", "n": 3, "v": [0, 1]}
     report = make_report(ci_audit_run, evidence=evidence, kernels=kernel_set)
-    data = json.loads(render_json(report, 0, {"path": "d.md"}))
+    data = json.loads(render_json(Gate(report, "d.md"), 0))
     assert data["invariants"][0]["verdicts"]["sentinel"]["evidence"]["nan"] == "nan"
 
 

@@ -72,21 +72,21 @@ def check_batch_sizes(sizes: object) -> tuple[int, ...]:
         try:
             sizes = [int(x) for x in sizes.replace(",", " ").split()]
         except ValueError:
-            raise UsageError(f"--batch-sizes must be integers, got {sizes!r}") from None
+            raise UsageError(f"--batch must be integers, got {sizes!r}") from None
     if isinstance(sizes, bytes) or not hasattr(sizes, "__iter__"):
-        raise UsageError(f"--batch-sizes must be a list of integers, got {sizes!r}")
+        raise UsageError(f"--batch must be a list of integers, got {sizes!r}")
     out: list[int] = []
     prod = preset_config("prod").dims
     for b in sizes:
-        _count("batch-sizes", b, 1)
+        _count("batch", b, 1)
         try:
             validate_dims(dataclasses.replace(prod, B=b))
         except ConfigError as exc:
-            raise UsageError(f"--batch-sizes: B={b} is not allowed: {exc}") from None
+            raise UsageError(f"--batch: B={b} is not allowed: {exc}") from None
         if b not in out:
             out.append(b)
     if not out:
-        raise UsageError("--batch-sizes must name at least one batch size")
+        raise UsageError("--batch must name at least one batch size")
     return tuple(out)
 
 

@@ -1,70 +1,53 @@
-"""The plain functions behind the command line. The CLI parses options, calls one of these, and
-turns the domain errors they raise into exit codes; nothing here prints.
+"""The plain function behind `egf-audit run`. The CLI parses options, calls `run_audit`, and
+turns the domain errors it raises into exit codes; nothing here prints.
 
-Exit codes: 0 every invariant holds (a warning counts as holding); 1 an invariant failed, a
-fault survived, or `--check` found the document stale; 2 bad usage or config (UsageError);
-3 the environment or egf-audit itself failed (AuditEnvironmentError, CheckCrashed, any other
-exception).
+Exit codes: 0 every invariant holds (a warning counts as holding); 1 an invariant failed, the
+cuBLAS witness disagrees, or `--check` found the document stale; 2 bad usage or config
+(UsageError); 3 the environment or egf-audit itself failed (AuditEnvironmentError,
+CheckCrashed, any other exception).
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import os
+import importlib.util
 import platform
-import shlex
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from egf_audit import __version__, invariants
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.cli import witness as witness_run
+from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
+from egf_audit.cli.paths import command_line, document_base, shown
+from egf_audit.cli.progress import NullProgress, Progress
+from egf_audit.cli.validate import check_device, check_steps, parse_modes
+from egf_audit.errors import AuditEnvironmentError
 from egf_audit.pipeline.config import Config, load_config
 from egf_audit.reports import github
-from egf_audit.reports.atomic import OutputBatch, write_atomic
-from egf_audit.reports.document import render_document, stale_diff
+from egf_audit.reports.document import first_stale_line, render_document, stale_diff
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
-from egf_audit.reports.model import AuditReport
-from egf_audit.runtime import cublas_witness
+from egf_audit.reports.model import AuditReport, Gate
 from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.backends import check_device, select_backend
+from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
-from egf_audit.runtime.kernel_sources import load_kernel_set
-from egf_audit.scenarios import mutants
+from egf_audit.runtime.kernel_sources import KernelSet, load_kernel_set
 from egf_audit.scenarios.audit import Auditor, mode_scenarios
-from egf_audit.scenarios.faults import FAULTS
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")
-MODE_CHOICES = {"sentinel": ("sentinel",), "live": ("live",), "both": ("sentinel", "live")}
 DEFAULT_STEPS = 2
-
-
-class Progress(Protocol):
-    def plan(self, total: int) -> None: ...
-
-    def step(self, message: str) -> None: ...
-
-
-class _Silent:
-    def plan(self, total: int) -> None:
-        pass
-
-    def step(self, message: str) -> None:
-        pass
+CUPY_EXTRAS = "pip install 'egf-audit[cuda13]' (CUDA 13) or 'egf-audit[cuda12]' (CUDA 12)"
 
 
 @dataclass(frozen=True)
 class RunRequest:
-    """`egf-audit run`'s options. `preset`/`seed` None: the config file's, else ci / 0."""
+    """`egf-audit run`'s options. `preset`/`seed` None: the config file's, else ci / 0.
+    An output path of `-` is stdout."""
 
     device: str = "auto"
     preset: str | None = None
@@ -79,62 +62,86 @@ class RunRequest:
     trace_out: Path | None = None
     kernels_dir: Path | None = None
     cublas_log: bool = False  # the cuBLAS witness (CUDA only)
+    output_format: str = "text"  # what stdout carries
+
+    def outputs(self) -> dict[str, Path | str | None]:
+        """Every path the run writes (or, with --check, reads), by option."""
+        stdout_format = None if self.output_format in ("text", "github") else STDOUT
+        return {
+            "--out": self.out,
+            "--json": self.json_out,
+            "--junit": self.junit_out,
+            "--trace": self.trace_out,
+            f"--output-format {self.output_format}": stdout_format,
+        }
 
 
 @dataclass
 class RunOutcome:
-    report: AuditReport
+    gate: Gate
     document: str
     exit_code: int
-    stale: bool = False  # only with --check
-    diff: list[str] = field(default_factory=list)  # the stale part, with --check
     written: list[Path] = field(default_factory=list)
+    stdout: list[str] = field(default_factory=list)  # `-` outputs and --output-format text
     annotations: list[str] = field(default_factory=list)  # GitHub workflow commands, for stdout
     notes: list[str] = field(default_factory=list)  # one-line warnings that change no exit code
+    advice: str = ""  # for a stale document: the command that brings it up to date
+    typed_out: str = ""  # --out as typed, for messages to the user who typed it
+
+    @property
+    def report(self) -> AuditReport:
+        return self.gate.report
 
 
-# ---- validation shared by the commands ----
-def parse_modes(mode: str) -> tuple[str, ...]:
-    if mode not in MODE_CHOICES:
-        raise UsageError(f"unknown mode {mode!r} (choose from {', '.join(MODE_CHOICES)})")
-    return MODE_CHOICES[mode]
+def shaping_options(req: RunRequest, config: Config) -> dict[str, object]:
+    """Every option that changes the document (never the device: the document outside its
+    environment block is the same on every backend)."""
+    return {
+        "--config": req.config_path,
+        "--kernels": req.kernels_dir,
+        "--preset": config.preset,
+        "--seed": config.seed,
+        "--steps": req.steps,
+        "--mode": req.mode,
+        "--out": req.out,
+    }
 
 
-def check_steps(steps: int) -> int:
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    return steps
+PATH_OPTIONS = ("--config", "--kernels", "--out")
 
 
 def reproduce_command(req: RunRequest, config: Config) -> str:
-    """The command that makes the same document. It never names the device: the document
-    outside the environment block is the same on every backend."""
-    parts = ["egf-audit", "run"]
-    if req.config_path is not None:
-        parts += ["--config", Path(req.config_path).as_posix()]
-    parts += ["--preset", config.preset, "--seed", str(config.seed)]
-    parts += ["--steps", str(req.steps), "--mode", req.mode]
-    if req.kernels_dir is not None:
-        parts += ["--kernels", Path(req.kernels_dir).as_posix()]
-    if Path(req.out) != DEFAULT_OUT:
-        parts += ["--out", Path(req.out).as_posix()]
-    return shlex.join(parts)
+    """The document's own command: paths relative to the repository root, run from there."""
+    base = document_base(Path(req.out))
+    return command_line(
+        shaping_options(req, config), PATH_OPTIONS, lambda p: shown(p, base), DEFAULT_OUT
+    )
 
 
-def environment(backend: Backend, timings: dict[str, float]) -> dict[str, Any]:
-    """Everything device- or machine-dependent; the document keeps it inside the env block."""
-    env: dict[str, Any] = {
-        "device": backend.name,
-        "backend": dict(backend.info()),
+def typed_command(req: RunRequest, config: Config) -> str:
+    """The same options with the paths as this invocation typed them, for the stale message:
+    following it from where the user stands makes the same document."""
+    return command_line(
+        shaping_options(req, config), PATH_OPTIONS, lambda p: Path(p).as_posix(), DEFAULT_OUT
+    )
+
+
+def run_info(backend: Backend, picked: str, timings: dict[str, float]) -> dict[str, Any]:
+    """Where and how fast this run went: host, versions, timings. Never in the document (it
+    would change on every run); stdout, JSON and the step summary carry it."""
+    info: dict[str, Any] = {
+        "backend": backend.name,
+        "picked": picked,
+        "host": platform.node(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "numpy": np.__version__,
     }
     for module in ("torch", "cupy"):
         if module in sys.modules:
-            env[module] = getattr(sys.modules[module], "__version__", "unknown")
-    env["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-    return env
+            info[module] = getattr(sys.modules[module], "__version__", "unknown")
+    info["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+    return info
 
 
 def evaluate_all(run: AuditRun, progress: Progress) -> tuple[list, dict[str, float]]:
@@ -162,6 +169,21 @@ class _Timer:
             self.timings[name] = time.perf_counter() - start
 
 
+def pick_backend(device: str, kernels: KernelSet) -> tuple[Backend, str]:
+    """The backend and how it was picked, said in words for the progress and the JSON."""
+    try:
+        backend = select_backend(device, kernels)
+    except AuditEnvironmentError as exc:
+        if device == "cuda" and importlib.util.find_spec("cupy") is None:
+            raise AuditEnvironmentError(f"{exc}; install CuPy: {CUPY_EXTRAS}") from None
+        raise
+    if device != "auto":
+        return backend, f"{backend.name} (--device {device})"
+    if backend.name == "cuda":
+        return backend, "cuda (picked by --device auto: a GPU and CuPy work)"
+    return backend, f"cpu (picked by --device auto: no usable GPU: {cuda_usable()[1]})"
+
+
 def _read_committed(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
@@ -171,32 +193,44 @@ def _read_committed(path: Path) -> str | None:
         raise AuditEnvironmentError(f"cannot read {path}: {exc}") from None
 
 
+def _displayed(kernels: KernelSet, base: Path) -> KernelSet:
+    """The kernel set as the document names it: a trainer's file by its repository path."""
+    sources = tuple(
+        replace(s, path=shown(s.path, base)) if s.origin == "kernels-dir" else s
+        for s in kernels.sources
+    )
+    return replace(kernels, sources=sources)
+
+
 def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     """`egf-audit run`: audit, render, then write (or --check) the document and CI outputs.
 
     A run whose invariants fail still writes the document (it is the report) and exits 1.
-    Every output is written atomically after everything has been computed, so an error
+    Every output is written after everything has been computed, all together, so an error
     leaves the existing files untouched."""
-    progress = progress or _Silent()
+    progress = progress or NullProgress()
     modes = parse_modes(req.mode)
     check_steps(req.steps)
     check_device(req.device)
+    check_distinct(req.outputs())
     n_scenarios = sum(len(mode_scenarios(m)) for m in modes) + 2  # + wrapper and gate probes
-    progress.plan(3 + n_scenarios + len(invariants.INVARIANTS) + 1)
+    progress.plan(4 + n_scenarios + len(invariants.INVARIANTS) + 1)
     timer = _Timer()
+    base = document_base(Path(req.out))
 
     progress.step("config")
     config = timer("config", lambda: load_config(req.config_path, req.preset, req.seed))
     progress.step("kernel sources")
     kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir))
-    witness_log = _start_witness(req) if req.cublas_log else None
-    progress.step(f"backend ({req.device}): compiling kernels")
-    backend = timer("backend", lambda: select_backend(req.device, kernels))
+    witness_log = witness_run.start(req.device) if req.cublas_log else None
+    progress.step(f"backend (--device {req.device}): compiling kernels")
+    backend, picked = timer("backend", lambda: pick_backend(req.device, kernels))
+    progress.step(f"backend: {picked}")
     if witness_log is not None and backend.name != "cuda":
         raise AuditEnvironmentError("--cublas-log needs the CUDA backend, and none is usable here")
     auditor = Auditor(config, backend, steps=req.steps, progress=progress.step)
     run = timer("scenarios", lambda: auditor.run(modes))
-    witness = _finish_witness(witness_log, backend, run) if witness_log is not None else None
+    witness = witness_run.finish(witness_log, backend, run) if witness_log is not None else None
     results, seconds = timer("invariants", lambda: evaluate_all(run, progress))
 
     progress.step("document")
@@ -206,192 +240,81 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
         steps=req.steps,
         invariants=tuple(invariants.INVARIANTS),
         results=tuple(results),
-        kernels=kernels,
+        kernels=_displayed(kernels, base),
         command=reproduce_command(req, config),
         version=__version__,
-        environment=environment(backend, timer.timings),
+        environment={"device": backend.name, "backend": dict(backend.info())},
+        run_info=run_info(backend, picked, timer.timings),
         run=run,
         witness=witness.as_dict() if witness is not None else None,
     )
     document = render_document(report)
-    outcome = RunOutcome(report, document, exit_code=0 if report.ok else 1)
+    gate = _gate(req, report, document, base)
+    outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)
+    outcome.typed_out = Path(req.out).as_posix()
     for name in kernels.ignored:
         outcome.notes.append(
             f"--kernels {Path(req.kernels_dir).as_posix()}: ignored {name}: no kernel of that name"
         )
-    if witness is not None and not witness.ok:
-        outcome.exit_code = 1
-
-    if req.check:
-        committed = _read_committed(Path(req.out))
-        if committed is None:
-            outcome.stale = True
-            outcome.diff = [f"{req.out} does not exist\n"]
-        else:
-            outcome.diff = stale_diff(committed, document, Path(req.out).as_posix())
-            outcome.stale = bool(outcome.diff)
-        if outcome.stale:
-            outcome.exit_code = 1
+    if gate.stale:
+        outcome.advice = f"run `{typed_command(req, config)}` and commit it"
     _write_outputs(req, outcome, run, seconds)
     return outcome
 
 
-def _start_witness(req: RunRequest) -> Path:
-    """The log file cuBLAS's API logger writes. The `egf-audit` command switches the logger on
-    at process start (auditor/entry.py); called in a process that has loaded cuBLAS already,
-    the logger could no longer be switched on, and that is said rather than a silent miss."""
-    if req.device == "cpu":
-        raise UsageError("--cublas-log needs --device cuda or auto: the CPU backend has no cuBLAS")
-    if os.environ.get(cublas_witness.CHILD_MARKER):
-        return Path(os.environ[cublas_witness.CHILD_MARKER])
-    if cublas_witness.cublas_loaded():
-        raise AuditEnvironmentError(
-            "--cublas-log: cuBLAS is already loaded in this process, so its logger can no longer "
-            "be switched on; run `egf-audit run --cublas-log` as a command of its own"
+def _gate(req: RunRequest, report: AuditReport, document: str, base: Path) -> Gate:
+    shown_out = shown(req.out, base)
+    if not req.check:
+        return Gate(report, shown_out)
+    committed = _read_committed(Path(req.out))
+    if committed is None:
+        return Gate(
+            report,
+            shown_out,
+            checked=True,
+            stale=True,
+            stale_reason="does not exist",
+            diff=(f"{shown_out} does not exist\n",),
         )
-    log = Path(tempfile.mkdtemp(prefix=cublas_witness.LOG_PREFIX)) / "cublas_api.log"
-    cublas_witness.enable(log)
-    return log
-
-
-def _finish_witness(log: Path, backend: Backend, run: AuditRun) -> cublas_witness.WitnessResult:
-    """Parse what cuBLAS logged and match it with every recorded SGEMM, in execution order
-    (the scenarios ran one after another, in the order the run keeps them)."""
-    backend.synchronize()
-    try:
-        text = log.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise AuditEnvironmentError(f"--cublas-log: cuBLAS wrote no log ({exc})") from None
-    finally:
-        if log.parent.name.startswith(cublas_witness.LOG_PREFIX):
-            shutil.rmtree(log.parent, ignore_errors=True)
-    launches = [x for trace in run.traces.values() for x in trace.launches]
-    return cublas_witness.match(cublas_witness.parse_log(text), launches)
+    diff = stale_diff(committed, document, shown_out)
+    if not diff:
+        return Gate(report, shown_out, checked=True)
+    return Gate(
+        report,
+        shown_out,
+        checked=True,
+        stale=True,
+        stale_reason="differs from the regenerated audit",
+        diff=tuple(diff),
+        stale_line=first_stale_line(committed, document),
+    )
 
 
 def _write_outputs(req: RunRequest, outcome: RunOutcome, run: AuditRun, seconds: dict) -> None:
-    """Every output is staged before any is replaced: one that cannot be written (exit 3)
-    leaves all existing files as they were."""
-    report = outcome.report
-    out = Path(req.out)
-    with OutputBatch() as batch:
-        if not req.check:
-            batch.add(out, outcome.document)
-        if req.json_out is not None:
-            document_info = {"path": out.as_posix(), "checked": req.check, "stale": outcome.stale}
-            batch.add(req.json_out, render_json(report, outcome.exit_code, document_info))
-        if req.junit_out is not None:
-            batch.add(req.junit_out, render_junit(report, seconds))
-        if req.trace_out is not None:
-            lines = [line for trace in run.traces.values() for line in trace.to_jsonl()]
-            batch.add(req.trace_out, "\n".join(lines) + "\n")
-        outcome.written = batch.commit()
+    """Every file output is staged before any is replaced: one that cannot be written (exit 3)
+    leaves all existing files as they were. `-` outputs are printed after the files."""
+    gate = outcome.gate
+    outputs = Outputs()
+    if not req.check:
+        outputs.add(req.out, outcome.document)
+    json_text = render_json(gate, outcome.exit_code)
+    junit_text = render_junit(gate, seconds)
+    outputs.add(req.json_out, json_text)
+    outputs.add(req.junit_out, junit_text)
+    if req.trace_out is not None:
+        lines = [line for trace in run.traces.values() for line in trace.to_jsonl()]
+        outputs.add(req.trace_out, "\n".join(lines) + "\n")
+    if req.output_format == "json":
+        outputs.add(STDOUT, json_text)
+    elif req.output_format == "junit":
+        outputs.add(STDOUT, junit_text)
+    outcome.written = outputs.write()
+    outcome.stdout = outputs.stdout
+    if github.in_github_actions() or req.output_format == "github":
+        outcome.annotations = github.annotations(gate)
     if github.in_github_actions():
-        stale_path = out.as_posix() if outcome.stale else None
-        outcome.annotations = github.annotations(report, stale_path)
         try:
-            github.append_step_summary(github.step_summary(report, stale_path))
+            github.append_step_summary(github.step_summary(gate))
         except OSError as exc:
             # the summary is a courtesy to the reader of the job; it never changes the verdict
             outcome.notes.append(f"could not append to GITHUB_STEP_SUMMARY: {exc}")
-
-
-# ---- mutants ----
-@dataclass
-class MutantsOutcome:
-    result: mutants.MutantsResult
-    all_faults: bool
-    exit_code: int
-
-
-def run_mutants(
-    device: str = "auto",
-    preset: str | None = None,
-    config_path: Path | None = None,
-    seed: int | None = None,
-    steps: int = DEFAULT_STEPS,
-    only: list[str] | None = None,
-    kernels_dir: Path | None = None,
-    json_out: Path | None = None,
-    progress: Progress | None = None,
-) -> MutantsOutcome:
-    """`egf-audit mutants`: the audit once per fault. Exit 1 when a fault survives or, when
-    every fault ran, an invariant caught none."""
-    progress = progress or _Silent()
-    check_device(device)
-    check_steps(steps)
-    faults = mutants.select_faults(only)  # an unknown name is a UsageError before any work
-    config = load_config(config_path, preset, seed)
-    kernels = load_kernel_set(kernels_dir)
-    progress.plan(len(faults))
-    result = mutants.run_mutants(
-        config, device, kernels, faults, steps=steps, progress=progress.step
-    )
-    all_faults = {f.name for f in faults} == {f.name for f in FAULTS}
-    outcome = MutantsOutcome(result, all_faults, 0 if result.ok(all_faults) else 1)
-    if json_out is not None:
-        data = {**result.as_dict(), "all_faults_ran": all_faults, "ok": outcome.exit_code == 0}
-        write_atomic(json_out, json.dumps(data, indent=2) + "\n")
-    return outcome
-
-
-# ---- invariants, explain ----
-def invariant_list() -> tuple:
-    return tuple(invariants.INVARIANTS)
-
-
-def explain(code: str) -> str:
-    """The invariant's whole text (What / Why / How / Bug / Example)."""
-    wanted = code.strip().upper()
-    for inv in invariants.INVARIANTS:
-        if inv.code == wanted:
-            return inv.doc()
-    known = ", ".join(inv.code for inv in invariants.INVARIANTS)
-    raise UsageError(f"unknown invariant code {code!r} (known: {known})")
-
-
-# ---- bench ----
-def bench(
-    device: str = "auto",
-    batch_sizes: list[int] | None = None,
-    repeats: int | None = None,
-    warmup: int | None = None,
-    json_out: Path | None = None,
-    markdown_out: Path | None = None,
-    kernels_dir: Path | None = None,
-    profile: bool = False,
-) -> int:
-    """`egf-audit bench`, delegated to egf_audit.bench, which validates its own options and
-    returns the exit code. Imported only when asked for. None = let the bench choose."""
-    try:
-        module = importlib.import_module("egf_audit.bench.run")
-    except ModuleNotFoundError as exc:
-        if exc.name != "egf_audit.bench.run":
-            raise  # something the bench imports is missing: an unexpected error, exit 3
-        raise AuditEnvironmentError(
-            "egf-audit bench is not available: this installation has no egf_audit.bench.run module"
-        ) from None
-    code = module.bench_command(
-        device=device,
-        batch_sizes=list(batch_sizes) if batch_sizes else None,
-        repeats=repeats,
-        warmup=warmup,
-        json_out=json_out,
-        markdown_out=markdown_out,
-        kernels_dir=kernels_dir,
-        profile=profile,
-    )
-    return int(code)
-
-
-__all__ = [
-    "DEFAULT_OUT",
-    "MutantsOutcome",
-    "RunOutcome",
-    "RunRequest",
-    "bench",
-    "explain",
-    "invariant_list",
-    "run_audit",
-    "run_mutants",
-]

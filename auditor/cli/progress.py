@@ -6,9 +6,20 @@ pipes): one plain line per item. Quiet: nothing. Results never go here; they go 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 from rich.text import Text
+
+
+class Progress(Protocol):
+    """What the plain functions report progress through."""
+
+    def plan(self, total: int) -> None: ...
+
+    def step(self, message: str) -> None: ...
 
 
 class NullProgress:
@@ -46,7 +57,7 @@ class LineProgress(NullProgress):
 
 class BarProgress(NullProgress):
     def __init__(self, console: Console):
-        self.bar = Progress(
+        self.bar = RichProgress(
             TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),

@@ -1,16 +1,19 @@
 """Rich tables for the terminal: verdicts, the invariant list, the mutants kill matrix.
 
 Every cell is a `Text`, never markup: summaries hold brackets (`[64, 49]`, `[d=0]`) that rich
-would otherwise read as style tags.
+would otherwise read as style tags. Below NARROW columns a table would drop or crush columns,
+so the same content is printed as lines that the terminal wraps, never cuts.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from egf_audit.cli.options import NARROW
 from egf_audit.invariants.registry import FAIL, PASS, WARN
 from egf_audit.reports.model import AuditReport
 
@@ -26,23 +29,53 @@ def status_text(status: str | None) -> Text:
     return Text(label, style=style)
 
 
+def _notes(report: AuditReport, code: str) -> list[str]:
+    """What a verdict that did not simply pass says, labelled by its modes; a pass says
+    nothing here (its summary is in the document), which keeps a passing run's table short."""
+    by_summary: dict[str, list[str]] = {}
+    for mode in report.modes:
+        r = report.result(code, mode)
+        if r is not None and r.verdict.status != PASS:
+            by_summary.setdefault(r.verdict.summary, []).append(mode)
+    return [f"{' and '.join(modes)}: {summary}" for summary, modes in by_summary.items()]
+
+
 def verdict_table(report: AuditReport) -> Table:
     table = Table(title="egf-audit verdicts", title_justify="left")
     table.add_column("code", no_wrap=True)
     table.add_column("invariant", no_wrap=True)
     for mode in report.modes:
         table.add_column(mode, no_wrap=True)
-    table.add_column("summary")
+    table.add_column("why it did not pass", overflow="fold")
     for inv in report.invariants:
         cells = []
-        summaries = []
         for mode in report.modes:
             r = report.result(inv.code, mode)
             cells.append(status_text(r.verdict.status if r else None))
-            if r is not None and r.verdict.summary not in summaries:
-                summaries.append(r.verdict.summary)
-        table.add_row(Text(inv.code), Text(inv.slug), *cells, Text("; ".join(summaries)))
+        notes = "\n".join(_notes(report, inv.code))
+        table.add_row(Text(inv.code), Text(inv.slug), *cells, Text(notes))
     return table
+
+
+def verdict_lines(report: AuditReport) -> list[Text]:
+    """The verdict table as lines, for narrow terminals."""
+    lines = [Text("egf-audit verdicts")]
+    for inv in report.invariants:
+        line = Text(f"{inv.code} {inv.slug}:")
+        for mode in report.modes:
+            r = report.result(inv.code, mode)
+            line += Text(f" {mode} ") + status_text(r.verdict.status if r else None)
+        lines.append(line)
+        lines += [Text(f"  {note}") for note in _notes(report, inv.code)]
+    return lines
+
+
+def print_verdicts(console: Console, report: AuditReport) -> None:
+    if console.width < NARROW:
+        for line in verdict_lines(report):
+            console.print(line, soft_wrap=True)
+    else:
+        console.print(verdict_table(report))
 
 
 def invariants_table(invariants: tuple[Invariant, ...]) -> Table:

@@ -1,0 +1,169 @@
+"""`egf-audit run`: the typer command and what it prints.
+
+stdout ends with the one verdict line of the run (PASS, or FAIL naming failed invariants and a
+STALE document), whatever the terminal's width; every line before it is whole at any width.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from egf_audit.cli.options import (
+    EXIT_CODES,
+    ConfigFile,
+    Debug,
+    Device,
+    JsonOut,
+    JunitOut,
+    KernelsDir,
+    OutputFormat,
+    Preset,
+    Quiet,
+    Seed,
+    Steps,
+    check_output_format,
+    consoles,
+    exit_codes,
+    with_help,
+)
+from egf_audit.cli.progress import progress_for
+
+if TYPE_CHECKING:
+    from egf_audit.cli.commands import RunOutcome
+
+DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")  # the same as commands.DEFAULT_OUT
+
+
+@with_help(EXIT_CODES)
+def run(
+    device: Device = "auto",
+    preset: Preset = None,
+    config: ConfigFile = None,
+    seed: Seed = None,
+    steps: Steps = 2,
+    mode: Annotated[
+        str,
+        typer.Option(help="Gate modes to audit: sentinel, live or both.", metavar="MODE"),
+    ] = "both",
+    out: Annotated[Path, typer.Option(help="The audit document.")] = DEFAULT_OUT,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Regenerate the document in memory and fail (exit 1, with a diff) when the "
+            "file at --out differs outside its environment block. Writes no document.",
+            metavar="",
+        ),
+    ] = False,
+    json_out: JsonOut = None,
+    junit: JunitOut = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Write every scenario's launches as JSON lines here, or - for stdout."),
+    ] = None,
+    output_format: OutputFormat = "text",
+    kernels: KernelsDir = None,
+    cublas_log: Annotated[
+        bool,
+        typer.Option(
+            "--cublas-log",
+            help="Also log every GEMM with cuBLAS's own API logger and match the log one-to-one "
+            "with the recorded SGEMMs (CUDA only); a mismatch fails the run.",
+            metavar="",
+        ),
+    ] = False,
+    quiet: Quiet = False,
+    debug: Debug = False,
+) -> None:
+    """Run the audit and write the audit document (the main job and the PR gate).
+
+    Rebuilds the SP14 pipeline at the preset's shapes, runs every scenario with each launch
+    recorded, proves every invariant in each mode, and writes --out. A run whose invariants
+    fail still writes the document and exits 1. With GITHUB_ACTIONS=true it also prints
+    workflow annotations and appends a summary to GITHUB_STEP_SUMMARY.
+    """
+    stdout, stderr = consoles()
+    with exit_codes(debug):
+        check_output_format(output_format)
+        from egf_audit.cli import commands  # torch, numpy and the pipeline load here
+
+        request = commands.RunRequest(
+            device=device,
+            preset=preset,
+            config_path=config,
+            seed=seed,
+            steps=steps,
+            mode=mode,
+            out=out,
+            check=check,
+            json_out=json_out,
+            junit_out=junit,
+            trace_out=trace,
+            kernels_dir=kernels,
+            cublas_log=cublas_log,
+            output_format=output_format,
+        )
+        with progress_for(stderr, quiet) as progress:
+            outcome = commands.run_audit(request, progress)
+    _print_run(outcome, stdout, stderr, quiet, text=output_format in ("text", "github"))
+    raise typer.Exit(outcome.exit_code)
+
+
+def _print_run(
+    outcome: RunOutcome, stdout: Console, stderr: Console, quiet: bool, text: bool
+) -> None:
+    from egf_audit.cli.tables import print_verdicts
+
+    gate = outcome.gate
+    report = gate.report
+
+    def err(line: str) -> None:
+        stderr.print(Text(line), soft_wrap=True)
+
+    for note in outcome.notes:
+        err(f"egf-audit: warning: {note}")
+    for line in outcome.annotations:
+        stdout.file.write(line + "\n")
+    for payload in outcome.stdout:
+        stdout.file.write(payload)
+    for path in outcome.written:
+        if not quiet:
+            err(f"egf-audit: wrote {path.as_posix()}")
+    if report.witness is not None:
+        w = report.witness
+        line = (
+            f"cuBLAS witness: {w['matched']} of {w['recorded']} GEMMs match ({w['logged']} logged)"
+        )
+        if not report.witness_ok:
+            err(f"egf-audit: {line}: FAIL")
+        elif text:
+            stdout.print(Text(line), soft_wrap=True)
+    if gate.checked:
+        if gate.stale:
+            err(f"egf-audit: {outcome.typed_out} is STALE: {outcome.advice}")
+            if not quiet:
+                stderr.file.write("".join(gate.diff))
+        elif not quiet:
+            err(f"egf-audit: {outcome.typed_out} is up to date")
+    if quiet:
+        for r in report.failures:
+            err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
+    info = report.run_info
+    if text:
+        if not quiet:
+            print_verdicts(stdout, report)
+            timings = info.get("timings_s", {})
+            stdout.print(
+                Text(
+                    f"ran on {info.get('picked', '?')} in {sum(timings.values()):.1f} s "
+                    f"(host {info.get('host', '?')}, python {info.get('python', '?')}, "
+                    f"{info.get('platform', '?')})"
+                ),
+                soft_wrap=True,
+            )
+        stdout.print(Text(gate.line()), soft_wrap=True)  # always the last line of stdout

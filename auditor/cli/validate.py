@@ -1,0 +1,23 @@
+"""Option checks the commands share: each bad value is a one-line UsageError (exit 2).
+`check_device` is the backends' own."""
+
+from __future__ import annotations
+
+from egf_audit.errors import UsageError
+from egf_audit.runtime.backends import check_device
+
+__all__ = ["check_device", "check_steps", "parse_modes"]
+
+MODE_CHOICES = {"sentinel": ("sentinel",), "live": ("live",), "both": ("sentinel", "live")}
+
+
+def parse_modes(mode: str) -> tuple[str, ...]:
+    if mode not in MODE_CHOICES:
+        raise UsageError(f"unknown mode {mode!r} (choose from {', '.join(MODE_CHOICES)})")
+    return MODE_CHOICES[mode]
+
+
+def check_steps(steps: int) -> int:
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    return steps
