@@ -95,11 +95,13 @@ class OutputBatch:
                 try:
                     backup = self._backup(target)
                     os.replace(tmp, target)
-                except OSError as exc:
+                except BaseException as exc:  # an OSError, or a signal (Ctrl-C, SIGTERM)
                     if backup is not None:
                         backup.unlink(missing_ok=True)  # its target was not replaced
                     self._restore(backups)
-                    raise _cannot_write(named, exc) from None
+                    if isinstance(exc, OSError):
+                        raise _cannot_write(named, exc) from None
+                    raise
                 backups.append((target, backup))
                 done.append(named)
             for _, backup in backups:

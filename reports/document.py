@@ -204,7 +204,7 @@ def _timeline(report: AuditReport) -> list[str]:
         return [*lines, "No trace was recorded."]
     lines += [
         f"Step 0 of the {reference_mode(report)} production run, per call site, numbered as "
-        "the seed's orchestration:",
+        "the trainer's backward orchestration since B.10:",
         "",
         *[f"{n}. {text}" for n, text in STEPS.items()],
     ]

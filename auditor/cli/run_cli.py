@@ -31,6 +31,7 @@ from egf_audit.cli.options import (
     exit_codes,
     with_help,
 )
+from egf_audit.cli.outputs import STDOUT
 from egf_audit.cli.progress import progress_for
 
 if TYPE_CHECKING:
@@ -110,13 +111,23 @@ def run(
         )
         with progress_for(stderr, quiet) as progress:
             outcome = commands.run_audit(request, progress)
-    _print_run(outcome, stdout, stderr, quiet, text=output_format in ("text", "github"))
+    # stdout carrying JSON, JUnit or a trace must parse: the human part goes to stderr then
+    machine = output_format in ("json", "junit") or STDOUT in map(str, (json_out, junit, trace))
+    table = not quiet and output_format != "github"  # github: the annotations and the verdict
+    _print_run(outcome, stdout, stderr, quiet, table, human=stderr if machine else stdout)
     raise typer.Exit(outcome.exit_code)
 
 
 def _print_run(
-    outcome: RunOutcome, stdout: Console, stderr: Console, quiet: bool, text: bool
+    outcome: RunOutcome,
+    stdout: Console,
+    stderr: Console,
+    quiet: bool,
+    table: bool,
+    human: Console,
 ) -> None:
+    """`human`: where the verdict table and line go, stdout unless stdout carries JSON or
+    JUnit. GitHub annotations go there too (the runner reads workflow commands on either)."""
     from egf_audit.cli.tables import print_verdicts
 
     gate = outcome.gate
@@ -128,7 +139,7 @@ def _print_run(
     for note in outcome.notes:
         err(f"egf-audit: warning: {note}")
     for line in outcome.annotations:
-        stdout.file.write(line + "\n")
+        human.file.write(line + "\n")
     for payload in outcome.stdout:
         stdout.file.write(payload)
     for path in outcome.written:
@@ -141,8 +152,8 @@ def _print_run(
         )
         if not report.witness_ok:
             err(f"egf-audit: {line}: FAIL")
-        elif text:
-            stdout.print(Text(line), soft_wrap=True)
+        else:
+            human.print(Text(line), soft_wrap=True)
     if gate.checked:
         if gate.stale:
             err(f"egf-audit: {outcome.typed_out} is STALE: {outcome.advice}")
@@ -154,16 +165,15 @@ def _print_run(
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
     info = report.run_info
-    if text:
-        if not quiet:
-            print_verdicts(stdout, report)
-            timings = info.get("timings_s", {})
-            stdout.print(
-                Text(
-                    f"ran on {info.get('picked', '?')} in {sum(timings.values()):.1f} s "
-                    f"(host {info.get('host', '?')}, python {info.get('python', '?')}, "
-                    f"{info.get('platform', '?')})"
-                ),
-                soft_wrap=True,
-            )
-        stdout.print(Text(gate.line()), soft_wrap=True)  # always the last line of stdout
+    if table:
+        print_verdicts(human, report)
+        timings = info.get("timings_s", {})
+        human.print(
+            Text(
+                f"ran on {info.get('picked', '?')} in {sum(timings.values()):.1f} s "
+                f"(host {info.get('host', '?')}, python {info.get('python', '?')}, "
+                f"{info.get('platform', '?')})"
+            ),
+            soft_wrap=True,
+        )
+    human.print(Text(gate.line()), soft_wrap=True)  # always the last line
