@@ -68,6 +68,13 @@ def test_mutants_output_format_puts_only_that_on_stdout(repo, monkeypatch, fmt):
         assert ET.fromstring(result.stdout).find("testsuite").get("tests") == "1"
 
 
+def test_mutants_list_names_every_fault():
+    result = invoke("mutants", "--list")
+    assert result.exit_code == 0
+    for fault in FAULTS:
+        assert fault.name in result.stdout
+
+
 # ---- invariants, explain, config ----
 def test_invariants_json_lists_every_invariant_with_its_text():
     result = invoke("invariants", "--json")
@@ -153,7 +160,7 @@ def test_help_is_import_light():
 # ---- the document ----
 @pytest.fixture(scope="module")
 def dx_fault_run(ci_config, cpu_backend):
-    wiring = FAULTS_BY_NAME["dx-k-sh2"].apply_wiring()
+    wiring = FAULTS_BY_NAME["dx-k-sh2"].wiring
     return Auditor(ci_config, cpu_backend, wiring, steps=1).run(("sentinel",))
 
 

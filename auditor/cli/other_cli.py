@@ -28,7 +28,6 @@ from egf_audit.cli.options import (
     with_help,
 )
 from egf_audit.cli.progress import progress_for
-from egf_audit.scenarios.faults import FAULTS
 
 
 @with_help()
@@ -42,10 +41,14 @@ def mutants(
         list[str] | None,
         typer.Option(
             "--only",
-            help="Run only this fault (repeatable). Faults: " + ", ".join(f.name for f in FAULTS),
+            help="Run only this fault (repeatable); --list names every fault.",
             metavar="NAME",
         ),
     ] = None,
+    list_faults: Annotated[
+        bool,
+        typer.Option("--list", help="List the faults with their bugs and exit.", metavar=""),
+    ] = False,
     json_out: JsonOut = None,
     junit: JunitOut = None,
     output_format: OutputFormat = "text",
@@ -59,6 +62,12 @@ def mutants(
     an invariant caught no fault.
     """
     stdout, stderr = consoles()
+    if list_faults:
+        from egf_audit.cli.tables import fault_list
+        from egf_audit.scenarios.faults import FAULTS
+
+        stdout.print(fault_list(FAULTS))
+        raise typer.Exit(0)
     with exit_codes(debug):
         check_output_format(output_format)
         from egf_audit.cli import other_commands

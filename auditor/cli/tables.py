@@ -88,6 +88,15 @@ def invariants_table(invariants: tuple[Invariant, ...]) -> Table:
     return table
 
 
+def fault_list(faults) -> Table:
+    table = Table(title="egf-audit faults", title_justify="left")
+    table.add_column("fault", no_wrap=True)
+    table.add_column("the bug it puts back")
+    for fault in faults:
+        table.add_row(Text(fault.name), Text(fault.summary))
+    return table
+
+
 def kill_matrix(result: MutantsResult) -> Table:
     """Fault x invariant: `x` where the invariant failed on the fault (caught it)."""
     table = Table(title=f"egf-audit kill matrix ({result.backend})", title_justify="left")

@@ -91,7 +91,9 @@ def select_faults(only: list[str] | None) -> list[Fault]:
         return list(FAULTS)
     unknown = [n for n in only if n not in FAULTS_BY_NAME]
     if unknown:
-        raise UsageError(f"unknown fault {unknown[0]!r} (see `egf-audit mutants --help`)")
+        raise UsageError(
+            f"unknown fault {unknown[0]!r} (`egf-audit mutants --list` names every fault)"
+        )
     return [FAULTS_BY_NAME[n] for n in only]
 
 
