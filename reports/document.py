@@ -10,24 +10,20 @@ written at all: re-running the audit on an unchanged tree leaves the file byte f
 from __future__ import annotations
 
 import difflib
-import json
 import re
 
 from egf_audit.reports.bindings import SGEMM_ARGS, number, operand, operands, scalar_args
 from egf_audit.reports.data_flow import data_flow
+from egf_audit.reports.environment import ENV_BEGIN, ENV_END, environment_block
 from egf_audit.reports.glossary import glossary
-from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
 from egf_audit.reports.timeline import SITE_TITLES, STEPS, site_timeline
 from egf_audit.reports.wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
 from egf_audit.runtime.trace import Trace
 
-ENV_BEGIN = "<!-- egf-audit:env:begin -->"
-ENV_END = "<!-- egf-audit:env:end -->"
 ENV_PLACEHOLDER = "(environment block: ignored by --check)"
 TITLE = "# SP14 DQN wire-up audit"
-EVIDENCE_CHARS = 400  # per verdict in the document; --json has all of it
 
 
 def render_document(report: AuditReport) -> str:
@@ -42,7 +38,7 @@ def render_document(report: AuditReport) -> str:
         _kernels(report),
         _configuration(report),
         _reference(report),
-        _environment(report),
+        environment_block(report),
         _reproduce(report),
     ]
     return "\n\n".join("\n".join(s).rstrip() for s in sections) + "\n"
@@ -283,79 +279,6 @@ def _reference(report: AuditReport) -> list[str]:
             f"**Example.** {inv.example}",
         ]
     return lines
-
-
-def _environment(report: AuditReport) -> list[str]:
-    env = report.environment
-    rows = [[code(k), v] for k, v in _flatten(env)]
-    evidence = [
-        [r.code, r.mode, code(_evidence(r.verdict.evidence))]
-        for r in report.results
-        if r.verdict.evidence
-    ]
-    lines = [
-        ENV_BEGIN,
-        "## Environment",
-        "",
-        "What depends on the backend this document was made on. `egf-audit run --check` ignores "
-        "everything between the environment markers, so a document made on a GPU is current "
-        "on a CPU runner. Timings, host and platform are not written here (they change on every "
-        "run): `egf-audit run` prints them and `--json` holds them.",
-        "",
-        *table(["key", "value"], rows),
-        "",
-        "### Measured evidence",
-        "",
-    ]
-    if evidence:
-        lines += table(["code", "mode", "evidence"], evidence)
-    else:
-        lines.append("No verdict carried evidence.")
-    return [*lines, *_witness(report), ENV_END]
-
-
-def _witness(report: AuditReport) -> list[str]:
-    """cuBLAS's own account of the GEMMs (`--cublas-log`): it exists only on the CUDA backend,
-    so it lives inside the environment block."""
-    w = report.witness
-    if w is None:
-        return []
-    lines = [
-        "",
-        f"### cuBLAS witness: {w['matched']} of {w['recorded']} GEMMs match",
-        "",
-        f"cuBLAS's API logger recorded {w['logged']} GEMM calls; each was paired, in order, with "
-        "the recorded SGEMM of the same index and compared on (transa, transb, m, n, k, lda, ldb, "
-        "ldc).",
-    ]
-    if w["mismatches"]:
-        rows = [
-            [
-                str(m["index"]),
-                code(m["label"]),
-                code(json.dumps(m["recorded"])),
-                code(json.dumps(m["logged"])),
-            ]
-            for m in w["mismatches"]
-        ]
-        lines += ["", *table(["#", "launch", "recorded", "cuBLAS logged"], rows)]
-    return lines
-
-
-def _evidence(evidence: dict, limit: int = EVIDENCE_CHARS) -> str:
-    text = json.dumps(jsonable(evidence), sort_keys=True)
-    return text if len(text) <= limit else text[:limit] + " ... (whole in --json)"
-
-
-def _flatten(value: dict, prefix: str = "") -> list[tuple[str, object]]:
-    out: list[tuple[str, object]] = []
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(item, dict):
-            out += _flatten(item, f"{name}.")
-        else:
-            out.append((name, number(item) if isinstance(item, float) else item))
-    return out
 
 
 def _reproduce(report: AuditReport) -> list[str]:
