@@ -138,10 +138,15 @@ def step_summary(gate: Gate) -> str:
     lines += ["", *table(["wire", "status", "proved by"], wires)]
     info = report.run_info
     if info:
-        ran = ", ".join(f"{k} {v}" for k, v in info.items() if not isinstance(v, dict))
-        timings = info.get("timings_s", {})
-        total = sum(timings.values()) if isinstance(timings, dict) else 0.0
-        lines += ["", f"Ran on {ran}; {total:.1f} s."]
+        versions = ", ".join(
+            f"{k} {info[k]}" for k in ("python", "numpy", "torch", "cupy") if k in info
+        )
+        total = sum(info.get("timings_s", {}).values())
+        lines += [
+            "",
+            f"Ran on {info.get('picked')} in {total:.1f} s: host {info.get('host')}, "
+            f"{info.get('platform')}, {versions}.",
+        ]
     if gate.stale and gate.diff:
         lines += [
             "",

@@ -28,6 +28,7 @@ from egf_audit.cli.options import (
     with_help,
 )
 from egf_audit.cli.progress import progress_for
+from egf_audit.errors import UsageError
 
 
 @with_help()
@@ -178,8 +179,7 @@ def config(
         from egf_audit.cli.config_example import example_toml
 
         if not example:
-            typer.echo("egf-audit config: add --example to print an example config", err=True)
-            raise typer.Exit(2)
+            raise UsageError("config: add --example to print an example config with every key")
         sys.stdout.write(example_toml())
 
 
