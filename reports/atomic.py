@@ -53,11 +53,11 @@ class OutputBatch:
         """Stage `text` (UTF-8, line endings as given) for `path`; missing parent folders are
         created. Raises AuditEnvironmentError naming the path."""
         named = Path(path)
-        target = Path(os.path.realpath(named))  # through any symlink: the link itself stays
         data = text.encode("utf-8")
-        if _is_written_in_place(target):
-            self._in_place.append((target, data))
+        if _is_written_in_place(named):  # /dev/stdout too: a link to a pipe or terminal
+            self._in_place.append((named, data))
             return
+        target = Path(os.path.realpath(named))  # through any symlink: the link itself stays
         if target.is_dir():
             raise AuditEnvironmentError(f"cannot write {named}: it is a directory")
         try:

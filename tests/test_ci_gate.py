@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_cli import DOC, RecordedAuditor, fake_registry
+from test_cli import CODES, DOC, RecordedAuditor, fake_registry
 from typer.testing import CliRunner
 
 from egf_audit import invariants
@@ -25,6 +25,7 @@ from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.kernels import KERNELS
 
 ROOT = Path(__file__).resolve().parents[1]
+N = len(CODES)  # invariants in the registry
 SCALE_FILE = next(k.file for k in KERNELS if k.name == "sp14_scale_wire_col")
 VARIANTS = Path(__file__).parent / "kernel_variants"
 
@@ -163,14 +164,14 @@ def test_a_stale_document_fails_in_json_junit_summary_and_the_last_line(fake, mo
         "docs/dqn-wire-up-audit.md is STALE: it differs from the regenerated audit"
     ]
     suite = ET.parse("j.xml").getroot().find("testsuite")
-    assert suite.get("failures") == "1" and suite.get("tests") == "25"
+    assert suite.get("failures") == "1" and suite.get("tests") == str(2 * N + 1)
     case = next(c for c in suite.iter("testcase") if c.get("name") == "document-current")
     assert case.find("failure").get("message") == (
         "docs/dqn-wire-up-audit.md is stale: it differs from the regenerated audit"
     )
     assert "-## Wire status (edited)" in case.find("failure").text
     last = result.stdout.splitlines()[-1]
-    assert last.startswith("FAIL: docs/dqn-wire-up-audit.md is STALE (all 12 invariants hold")
+    assert last.startswith(f"FAIL: docs/dqn-wire-up-audit.md is STALE (all {N} invariants hold")
     text = summary.read_text()
     assert text.startswith("## egf-audit: FAIL: docs/dqn-wire-up-audit.md is STALE")
     assert "<details><summary>stale diff</summary>" in text
@@ -192,7 +193,7 @@ def test_a_failing_invariant_and_a_stale_document_say_both(fake):
     result = invoke("run", "--device", "cpu", "--check")
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1] == (
-        "FAIL: 2 of 24 verdicts failed: EGF002[sentinel], EGF002[live]; "
+        f"FAIL: 2 of {2 * N} verdicts failed: EGF002[sentinel], EGF002[live]; "
         "docs/dqn-wire-up-audit.md is also STALE"
     )
 
@@ -264,4 +265,4 @@ def test_output_format_github_prints_annotations_outside_actions(fake):
         "error title=EGF005",
         "notice title=EGF011",
     ]
-    assert lines[-1] == "FAIL: 2 of 24 verdicts failed: EGF005[sentinel], EGF005[live]"
+    assert lines[-1] == f"FAIL: 2 of {2 * N} verdicts failed: EGF005[sentinel], EGF005[live]"

@@ -25,6 +25,7 @@ from egf_audit.cli.options import handle_termination_signals
 from egf_audit.invariants.registry import FAIL
 
 ROOT = Path(__file__).resolve().parents[1]
+N = len(CODES)  # invariants in the registry
 
 
 def invoke(*args: object):
@@ -65,7 +66,7 @@ def test_json_dash_prints_only_json_on_stdout(fake):  # noqa: F811
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert data["ok"] is True and data["schema"] == "egf-audit/run/2"
-    assert result.stderr.splitlines()[-1].startswith("PASS: all 12 invariants hold")
+    assert result.stderr.splitlines()[-1].startswith(f"PASS: all {N} invariants hold")
     assert DOC.exists()
 
 
@@ -74,7 +75,7 @@ def test_junit_and_trace_dash_go_to_stdout(fake, option):  # noqa: F811
     result = invoke("run", "--device", "cpu", option, "-")
     assert result.exit_code == 0
     if option == "--junit":
-        assert ET.fromstring(result.stdout).find("testsuite").get("tests") == "24"
+        assert ET.fromstring(result.stdout).find("testsuite").get("tests") == str(2 * N)
     else:
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         assert lines[0]["type"] == "trace" and lines[0]["scenario"] == "sentinel"
@@ -99,6 +100,20 @@ def test_a_symlink_output_is_written_through_and_stays_a_link(fake, repo):  # no
 def test_a_device_node_is_written_in_place(fake):  # noqa: F811
     assert invoke("run", "--device", "cpu", "--json", "/dev/null").exit_code == 0
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_dev_stdout_is_written_in_place_not_replaced(tmp_path):
+    """A real process whose stdout is a pipe: /dev/stdout is a link to it, and stays one."""
+    (tmp_path / ".git").mkdir()
+    args = ["run", "--device", "cpu", "--mode", "sentinel", "--json", "/dev/stdout", "-q"]
+    done = subprocess.run(
+        [sys.executable, "-m", "egf_audit", *args], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    json_text, verdict = done.stdout.rsplit("}\n", 1)
+    assert json.loads(json_text + "}")["ok"] is True
+    assert verdict.startswith("PASS: all ") and " invariants hold in sentinel" in verdict
+    assert os.path.islink("/dev/stdout")
 
 
 def test_a_fifo_is_written_in_place(fake, repo):  # noqa: F811
@@ -253,7 +268,10 @@ def test_a_failing_run_is_whole_at_any_width(fake, monkeypatch, columns):  # noq
     result = invoke("run", "--device", "cpu")
     assert result.exit_code == 1
     out = result.stdout
-    assert out.splitlines()[-1] == "FAIL: 2 of 24 verdicts failed: EGF007[sentinel], EGF007[live]"
+    assert (
+        out.splitlines()[-1]
+        == f"FAIL: 2 of {2 * N} verdicts failed: EGF007[sentinel], EGF007[live]"
+    )
     for code in CODES:
         assert code in out
     assert "d_h_s2 differs at row 3 by 0.5" in " ".join(out.split())
