@@ -92,7 +92,10 @@ OutputFormat = Annotated[
 Quiet = Annotated[
     bool,
     typer.Option(
-        "--quiet", "-q", help="Print only errors and failures; same exit code.", metavar=""
+        "--quiet",
+        "-q",
+        help="Print only errors, failures and the verdict line; same exit code.",
+        metavar="",
     ),
 ]
 Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.", metavar="")]
