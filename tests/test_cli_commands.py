@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 
 from egf_audit import invariants
 from egf_audit.cli.app import app
-from egf_audit.cli.config_example import config_keys, documented_keys, example_toml
+from egf_audit.cli.config_example import config_keys, documented_keys, example_toml, key_tables
 from egf_audit.invariants.registry import FAIL, PASS
-from egf_audit.pipeline.config import config_from_mapping
+from egf_audit.pipeline.config import ConfigError, config_from_mapping
 from egf_audit.reports.data_flow import data_flow
 from egf_audit.reports.document import render_document
 from egf_audit.reports.wire_status import wire_status
@@ -94,14 +94,34 @@ def test_config_example_names_every_key_and_loads_as_the_ci_preset():
     assert cfg.dims.SH2 == 48 and cfg.hyper.gamma == 0.99
 
 
-def test_docs_config_md_embeds_the_example_word_for_word():
+def test_docs_config_md_embeds_the_example_and_the_key_tables_word_for_word():
     text = (ROOT / "docs" / "config.md").read_text()
     assert f"```toml\n{example_toml()}```" in text
+    assert key_tables() in text
     dims, hyper = config_keys()
     for key in dims:
         assert f"| `dims.{key}` |" in text
     for key in hyper:
         assert f"| `hyper.{key}` |" in text
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "accepted", "refused"),
+    [
+        ("hyper", "beta1", 0.0, 1.0),
+        ("hyper", "beta2", 0.999999, 1.0),
+        ("hyper", "gamma", 1.0, 1.01),
+        ("hyper", "eps", 1.2e-38, 1e-39),
+        ("dims", "AUXK", 3, 2),
+        ("dims", "N_ISV", 394, 393),
+    ],
+)
+def test_documented_ranges_are_the_validators(table, key, accepted, refused):
+    """Edges of the ranges docs/config.md states: the documented end is accepted, one step
+    past it refused."""
+    config_from_mapping({table: {key: accepted}})
+    with pytest.raises(ConfigError, match=f"{table}.{key}"):
+        config_from_mapping({table: {key: refused}})
 
 
 # ---- the pre-commit hook ----

@@ -7,8 +7,17 @@ tool cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
-from egf_audit.pipeline.config import DEFAULT_SEED, MAX_DIM, PRESETS, Hyper
+from egf_audit.pipeline.config import (
+    DEFAULT_SEED,
+    FP32_MAX,
+    FP32_TINY,
+    MAX_DIM,
+    MAX_LAYOUT_BYTES,
+    PRESETS,
+    Hyper,
+)
 
 # key -> (range, meaning); the ranges are the ones egf_audit.pipeline.config enforces
 DIM_KEYS = {
@@ -23,22 +32,24 @@ DIM_KEYS = {
     "E": ("4 integers >= 1, the first = 1", "extra concat columns per branch (E[0] is the wire)"),
     "N_ISV": (f"394..{MAX_DIM}", "length of isv_signals (must hold element 393)"),
 }
+POSITIVE_FP32 = f"normal fp32, {FP32_TINY:.3g}..{FP32_MAX:.3g}"
 HYPER_KEYS = {
     "gamma": ("[0, 1]", "discount"),
-    "huber_kappa": ("> 0", "Huber loss threshold"),
+    "huber_kappa": (POSITIVE_FP32, "Huber loss threshold"),
     "lambda_cql": ("[0, 1]", "weight of the CQL aux loss"),
     "lambda_aux": ("[0, 1]", "weight of the aux cross-entropy"),
-    "lr": ("> 0", "Adam learning rate"),
-    "beta1": ("[0, 1]", "Adam first-moment decay"),
-    "beta2": ("[0, 1]", "Adam second-moment decay"),
-    "eps": ("> 0", "Adam epsilon"),
+    "lr": (POSITIVE_FP32, "Adam learning rate"),
+    "beta1": ("[0, 1)", "Adam first-moment decay"),
+    "beta2": ("[0, 1)", "Adam second-moment decay"),
+    "eps": (POSITIVE_FP32, "Adam epsilon"),
     "tau": ("[0, 1]", "Polyak rate: target = tau * params + (1 - tau) * target"),
-    "sigma_max": ("> 0", "spectral-norm bound of w_b0fc"),
+    "sigma_max": (POSITIVE_FP32, "spectral-norm bound of w_b0fc"),
     "gate_ema": ("[0, 1]", "EMA decay of the live gate written to ISV[393]"),
 }
 LIMITS = (
     "The largest buffer, B times the widest of SH1, SH2 + max(E), OBS, ADV and VALH, may hold "
-    "at most 2^32 elements."
+    f"at most 2^32 elements, and all buffers together at most {MAX_LAYOUT_BYTES >> 30} GiB and a "
+    "quarter of the machine's memory."
 )
 
 
@@ -55,7 +66,7 @@ def example_toml() -> str:
     lines = [
         "# egf-audit config: every key is optional; a key left out keeps the preset's value.",
         "# Use it with `egf-audit run --config FILE`; --preset and --seed on the command line win.",
-        "# " + LIMITS,
+        *[f"# {line}" for line in textwrap.wrap(LIMITS, 96)],
         "",
         'preset = "ci"  # ci or prod: the base the keys below override',
         f"seed = {DEFAULT_SEED}  # >= 0: seed of the weights and batches",
@@ -68,6 +79,42 @@ def example_toml() -> str:
     for key, (rng, meaning) in HYPER_KEYS.items():
         lines.append(f"{key} = {_toml(getattr(hyper, key))}  # {rng}: {meaning}")
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: object) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def key_tables() -> str:
+    """The markdown tables of docs/config.md: every key, its range, default and meaning."""
+    ci, prod, hyper = PRESETS["ci"], PRESETS["prod"], Hyper()
+    dims = [
+        f"| `dims.{k}` | {r} | {_cell(getattr(ci, k))} | {_cell(getattr(prod, k))} | {m} |"
+        for k, (r, m) in DIM_KEYS.items()
+    ]
+    hypers = [
+        f"| `hyper.{k}` | {r} | {getattr(hyper, k)!r} | {m} |" for k, (r, m) in HYPER_KEYS.items()
+    ]
+    return (
+        "\n".join(
+            [
+                "## `[dims]`: the trainer's widths",
+                "",
+                "| key | range | `ci` | `prod` | meaning |",
+                "|---|---|---|---|---|",
+                *dims,
+                "",
+                LIMITS,
+                "",
+                "## `[hyper]`: hyper-parameters",
+                "",
+                "| key | range | default | meaning |",
+                "|---|---|---|---|",
+                *hypers,
+            ]
+        )
+        + "\n"
+    )
 
 
 def documented_keys() -> tuple[set[str], set[str]]:
