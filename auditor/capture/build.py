@@ -48,14 +48,18 @@ def _roots() -> list[Path]:
 
 def _ldconfig_roots() -> list[Path]:
     """Toolkit roots above the libcupti the dynamic loader knows (`ldconfig -p`)."""
-    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if Path("/sbin/ldconfig").exists() else None)
+    ldconfig = shutil.which("ldconfig") or (
+        "/sbin/ldconfig" if Path("/sbin/ldconfig").exists() else None
+    )
     if not ldconfig:
         return []
     try:
         out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    libs = [Path(line.split("=>")[-1].strip()) for line in out.splitlines() if "libcupti.so" in line]
+    libs = [
+        Path(line.split("=>")[-1].strip()) for line in out.splitlines() if "libcupti.so" in line
+    ]
     return [lib.parent.parent for lib in libs]
 
 

@@ -143,27 +143,51 @@ static unsigned long long hex_after(const char *line, const char *key) {
     return strtoull(h, NULL, 16);
 }
 
-static void on_cublas_log(const char *msg) {
-    if (tl_inside) return;
-    // alpha and beta are logged as host pointers; the call is still in progress on this thread,
-    // so in host pointer mode they are readable now (never in device mode).
+// cuBLAS hands its log to the callback a line or a few at a time: "I! ... cublasSgemm_v2(...)
+// called:" opens a call, "i!  handle: ...", "i!  alpha: ..." lines follow. The call is still in
+// progress on this thread, so alpha and beta (host pointers) are readable when the handle's
+// pointer mode is host; the recorder reads them then, and only then.
+static __thread int tl_in_log;            // our own cublasGetPointerMode call logs too: ignore it
+static __thread int tl_gemm_call;         // the open call is a GEMM
+static __thread unsigned long long tl_handle;
+
+static int pointer_mode(unsigned long long handle) {
     int mode = -1;
+    if (!handle || !g.get_pointer_mode) return mode;
+    tl_in_log = 1;
+    g.get_pointer_mode((void *)(uintptr_t)handle, &mode);
+    tl_in_log = 0;
+    return mode;
+}
+
+static void on_cublas_log(const char *msg) {
+    if (tl_inside || tl_in_log || !msg) return;
+    const char *header = strstr(msg, "I! cuBLAS");
+    if (header) {
+        tl_gemm_call = strstr(header, "emm") != NULL;  // cublasSgemm_v2, cublasGemmEx, ...
+        tl_handle = 0;
+    }
     unsigned long long handle = hex_after(msg, "handle:");
-    if (handle && g.get_pointer_mode) g.get_pointer_mode((void *)(uintptr_t)handle, &mode);
-    int is_float = strstr(msg, "alpha: type=float;") != NULL;
+    if (handle) tl_handle = handle;
+    unsigned long long alpha = 0, beta = 0;
+    int mode = -1;
+    if (tl_gemm_call && strstr(msg, "type=float;")) {
+        alpha = hex_after(msg, "alpha:");
+        beta = hex_after(msg, "beta:");
+        if (alpha || beta) mode = pointer_mode(tl_handle);
+    }
     if (!begin_event("cublas")) return;
     fputs(",\"msg\":", g.events);
     json_string(g.events, msg);
-    fprintf(g.events, ",\"pointer_mode\":%d", mode);
-    if (mode == 0 && is_float) {
-        const char *keys[2] = {"alpha:", "beta:"};
-        for (int i = 0; i < 2; ++i) {
-            unsigned long long p = hex_after(msg, keys[i]);
-            if (!p) continue;
-            uint32_t bits;
-            memcpy(&bits, (const void *)(uintptr_t)p, sizeof bits);
-            fprintf(g.events, ",\"%.*s_bits\":%u", (int)strlen(keys[i]) - 1, keys[i], bits);
-        }
+    if (mode >= 0) fprintf(g.events, ",\"pointer_mode\":%d", mode);
+    uint32_t bits;
+    if (mode == 0 && alpha) {
+        memcpy(&bits, (const void *)(uintptr_t)alpha, sizeof bits);
+        fprintf(g.events, ",\"alpha_bits\":%u", bits);
+    }
+    if (mode == 0 && beta) {
+        memcpy(&bits, (const void *)(uintptr_t)beta, sizeof bits);
+        fprintf(g.events, ",\"beta_bits\":%u", bits);
     }
     end_event();
 }

@@ -1,0 +1,163 @@
+"""A captured process as a `Trace`: the same launches, bindings and labels `--trace` writes.
+
+Steps are cut at each `polyak_ema` (the last launch of a trainer step). Call sites are the runs
+of `accumulate_d_h_s2_from_concat` launches, one run per `backward_full` call site, named as the
+seed names them (`cql`, then `main`) when a step has exactly two. Every pointer argument is
+bound to the named buffer it lands in, or to none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SITES, at_site
+from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.runtime.recorder import gemm_operand_boxes
+from egf_audit.runtime.trace import Binding, Launch, Region, Trace
+
+from .events import ProcessCapture, Record
+from .layout import CaptureLayout
+
+KINDS = {"kernel": "kernel", "sgemm": "sgemm", "gemm": "sgemm", "memset": "memset", "copy": "copy"}
+
+
+@dataclass
+class Site:
+    """One backward_full call site of one step: its launches run from `begin` (the first
+    launch after the previous site, or the step's first) to `end` (its last accumulate)."""
+
+    name: str
+    step: int
+    begin: int  # positions in CaptureTrace.trace.launches
+    first_accumulate: int
+    end: int
+
+
+@dataclass
+class CaptureTrace:
+    trace: Trace
+    layout: CaptureLayout
+    process: ProcessCapture
+    records: list[Record] = field(default_factory=list)  # parallel to trace.launches
+    sites: list[Site] = field(default_factory=list)
+
+    def position_of_seq(self, seq: int) -> int | None:
+        for i, r in enumerate(self.records):
+            if r.seq == seq:
+                return i
+        return None
+
+
+def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple) -> Binding:
+    rel, rows, width, ld = box
+    where = layout.resolve(ptr) if isinstance(ptr, int) else None
+    if where is None:
+        return Binding(role, ptr, access, None, None, None, False)
+    buffer, offset = where
+    region = Region(buffer.name, offset + rel, rows, width, ld)
+    in_bounds = (
+        region.offset >= 0
+        and rows >= 0
+        and width >= 0
+        and region.last <= buffer.size
+        and (rows <= 1 or ld >= width)
+    )
+    found = layout.tensor_at(buffer, region.offset)
+    name, shape = found if found else (None, None)
+    return Binding(role, ptr, access, region, name, shape, in_bounds)
+
+
+def bindings_of(layout: CaptureLayout, r: Record) -> tuple[Binding, ...]:
+    a = r.args
+    if r.kind == "sgemm":
+        boxes = gemm_operand_boxes(
+            a["transa"], a["transb"], a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldc"]
+        )
+        c_access = "w" if a.get("beta") == 0.0 else "rw"
+        return tuple(
+            _binding(layout, role, a[role], access, (0, *boxes[role]))
+            for role, access in (("A", "r"), ("B", "r"), ("C", c_access))
+        )
+    if r.kind in ("memset", "copy"):
+        count = a["bytes"] // ELEMENT_BYTES
+        ends = [("dst", "w")] + ([("src", "r")] if r.kind == "copy" else [])
+        found = (
+            _binding(layout, role, a.get(role, 0), acc, (0, 1, count, count)) for role, acc in ends
+        )
+        return tuple(b for b in found if b.region is not None)
+    if r.kind == "kernel" and r.decoded:
+        spec = KERNELS_BY_NAME[r.name]
+        return tuple(_binding(layout, x.param, a[x.param], x.mode, x.box(a)) for x in spec.accesses)
+    if r.kind == "kernel":
+        # a kernel egf-audit does not know: which named buffers its arguments point into, with
+        # the access unknown ("?")
+        found = (
+            _binding(layout, k, v, "?", (0, 1, 1, 1)) for k, v in a.items() if k.startswith("p")
+        )
+        return tuple(b for b in found if b.region is not None)
+    return ()
+
+
+def _steps(records: list[Record]) -> list[int]:
+    steps, step = [], 0
+    for r in records:
+        steps.append(step)
+        if r.kind == "kernel" and r.name == POLYAK_KERNEL:
+            step += 1
+    return steps
+
+
+def _sites(records: list[Record], steps: list[int]) -> list[Site]:
+    groups: list[tuple[int, int]] = []  # (first, last) accumulate positions of each run
+    for i, r in enumerate(records):
+        if r.kind not in ("kernel", "sgemm"):
+            continue
+        if r.name == ACCUMULATE_KERNEL:
+            if groups and groups[-1][1] == _previous_launch(records, i):
+                groups[-1] = (groups[-1][0], i)
+            else:
+                groups.append((i, i))
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for first, last in groups:
+        by_step.setdefault(steps[first], []).append((first, last))
+    sites = []
+    for step, runs in by_step.items():
+        begin = steps.index(step)
+        names = SITES if len(runs) == len(SITES) else tuple(f"site{k}" for k in range(len(runs)))
+        for name, (first, last) in zip(names, runs, strict=True):
+            sites.append(Site(name, step, begin, first, last))
+            begin = last + 1
+    return sites
+
+
+def _previous_launch(records: list[Record], i: int) -> int | None:
+    for j in range(i - 1, -1, -1):
+        if records[j].kind in ("kernel", "sgemm"):
+            return j
+    return None
+
+
+def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> CaptureTrace:
+    records = [r for r in proc.records if r.kind in KINDS]
+    steps = _steps(records)
+    sites = _sites(records, steps)
+    site_of = {}
+    for s in sites:
+        # label from the site's own backward (its first memset, or the first write of a dX
+        # buffer) on, so the forward ahead of the first site keeps its plain name
+        start = next(
+            (i for i in range(s.begin, s.first_accumulate) if records[i].kind == "memset"), s.begin
+        )
+        for i in range(start, s.end + 1):
+            site_of[i] = s.name
+    trace = Trace(scenario=scenario, backend="capture", layout=layout.as_trace_layout())
+    trace.meta.update(pid=proc.pid, layout="file" if layout.from_file else "inferred")
+    for i, r in enumerate(records):
+        name = "sgemm" if r.kind == "sgemm" else r.name  # as the rebuild's trace names SGEMMs
+        label = at_site(name, site_of[i]) if i in site_of else name
+        args = dict(r.args, api=r.api)
+        trace.launches.append(
+            Launch(i, steps[i], KINDS[r.kind], name, label, args, bindings_of(layout, r))
+        )
+    return CaptureTrace(trace, layout, proc, records, sites)

@@ -1,0 +1,291 @@
+"""Which pointer is which buffer: a layout file the trainer writes, or inference from the capture.
+
+The layout file (schema `egf-audit-layout/1`, docs/capture.md):
+
+    {"format": "egf-audit-layout/1",
+     "dims": {"B": 64, "SH2": 48, ...},
+     "param_offsets": {"w_b0fc": [offset, rows, cols], ...},   # poff_* == goff_* == ...
+     "buffers": {
+        "params": {"address": 139..., "bytes": 61234, "params": true},
+        "sp14_d_dir_qaux_concat": {"address": ..., "bytes": ..., "shape": [64, 49]},
+        "sn_state": {"address": ..., "bytes": ..., "tensors": {"v_b0fc": [32, 1, 49]}}}}
+
+Without one, the four ABI kernels name their pointer arguments (SPEC section 3) and GEMM
+operand identity carries names on: the weight the forward GEMM on the concat scratch reads is
+`w_b0fc`; the GEMM that reads the scratch contracting over its rows writes `w_b0fc`'s gradient;
+the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from egf_audit.errors import UsageError
+from egf_audit.runtime.contract import (
+    ACCUMULATE_KERNEL,
+    CONCAT_KERNEL,
+    DIR_CONCAT,
+    DIR_DX,
+    ISV,
+    POLYAK_KERNEL,
+    SCALE_KERNEL,
+    TARGET,
+)
+from egf_audit.runtime.memory import ELEMENT_BYTES
+
+from .events import ProcessCapture, Record
+
+FORMAT = "egf-audit-layout/1"
+LAYOUT_FILE = "layout.json"
+
+
+@dataclass
+class Buffer:
+    name: str
+    base: int  # device address
+    size: int  # elements
+    tensors: dict[str, tuple[int, int, int]]  # name -> (offset, rows, cols)
+    source: str  # how it was named
+    shaped: bool = True  # False: its one tensor is the whole flat buffer, a placeholder
+
+    def contains(self, ptr: int) -> bool:
+        return self.base <= ptr < self.base + self.size * ELEMENT_BYTES
+
+
+@dataclass
+class CaptureLayout:
+    buffers: dict[str, Buffer] = field(default_factory=dict)
+    dims: dict[str, Any] = field(default_factory=dict)
+    from_file: bool = False
+
+    def add(self, buffer: Buffer) -> None:
+        self.buffers.setdefault(buffer.name, buffer)
+
+    def resolve(self, ptr: int) -> tuple[Buffer, int] | None:
+        """The innermost named buffer holding `ptr`, and the element offset into it."""
+        holding = [b for b in self.buffers.values() if b.contains(ptr)]
+        if not holding:
+            return None
+        inner = min(holding, key=lambda b: b.size)
+        byte_offset = ptr - inner.base
+        if byte_offset % ELEMENT_BYTES:
+            return None
+        return inner, byte_offset // ELEMENT_BYTES
+
+    def tensor_at(self, buffer: Buffer, offset: int) -> tuple[str, tuple[int, int, int]] | None:
+        """The named tensor of `buffer` holding element `offset` (never a placeholder)."""
+        for name, (t_offset, rows, cols) in buffer.tensors.items():
+            if not buffer.shaped and name == buffer.name:
+                continue
+            if t_offset <= offset < t_offset + rows * cols:
+                return name, (t_offset, rows, cols)
+        return None
+
+    def as_trace_layout(self) -> dict[str, Any]:
+        """The form `Trace.layout` has: buffer -> dtype, size, tensors."""
+        return {
+            b.name: {
+                "dtype": "f32",
+                "size": b.size,
+                "tensors": {k: list(v) for k, v in b.tensors.items()},
+            }
+            for b in self.buffers.values()
+        }
+
+    def naming(self) -> list[dict[str, Any]]:
+        return [
+            {"buffer": b.name, "elements": b.size, "named_by": b.source}
+            for b in sorted(self.buffers.values(), key=lambda b: b.name)
+        ]
+
+
+# ---- the layout file ----
+def _triple(value: Any, where: str) -> tuple[int, int, int]:
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) for v in value)):
+        raise UsageError(f"layout file: {where} must be [offset, rows, cols] integers")
+    return value[0], value[1], value[2]
+
+
+def load_layout_file(path: Path) -> CaptureLayout:
+    """Read and check a layout file; every problem is one UsageError line naming the key."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read layout file {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"layout file {path} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UsageError(f'layout file {path}: "format" must be "{FORMAT}"')
+    offsets = {k: _triple(v, f"param_offsets.{k}") for k, v in doc.get("param_offsets", {}).items()}
+    layout = CaptureLayout(dims=dict(doc.get("dims", {})), from_file=True)
+    buffers = doc.get("buffers")
+    if not isinstance(buffers, dict) or not buffers:
+        raise UsageError(f'layout file {path}: "buffers" must name at least one buffer')
+    for name, spec in buffers.items():
+        if not isinstance(spec, dict) or not all(
+            isinstance(spec.get(k), int) and spec[k] >= 0 for k in ("address", "bytes")
+        ):
+            raise UsageError(f"layout file {path}: buffers.{name} needs integer address and bytes")
+        size = spec["bytes"] // ELEMENT_BYTES
+        if spec.get("params"):
+            tensors = dict(offsets)
+        elif "tensors" in spec:
+            tensors = {
+                k: _triple(v, f"buffers.{name}.tensors.{k}") for k, v in spec["tensors"].items()
+            }
+        elif "shape" in spec:
+            rows, cols = spec["shape"]
+            tensors = {name: (0, int(rows), int(cols))}
+        else:
+            tensors = {name: (0, 1, size)}
+        layout.add(Buffer(name, spec["address"], size, tensors, "layout file"))
+    return layout
+
+
+def layout_document(buffers: dict[str, tuple[int, int, dict]], dims: dict, offsets: dict) -> str:
+    """A layout file's text: buffers as name -> (address, elements, tensors)."""
+    doc = {
+        "format": FORMAT,
+        "dims": dims,
+        "param_offsets": {k: list(v) for k, v in offsets.items()},
+        "buffers": {
+            name: {
+                "address": address,
+                "bytes": size * ELEMENT_BYTES,
+                "tensors": {k: list(v) for k, v in tensors.items()},
+            }
+            for name, (address, size, tensors) in buffers.items()
+        },
+    }
+    return json.dumps(doc, sort_keys=True) + "\n"
+
+
+# ---- inference ----
+def _single(name: str, base: int, rows: int, cols: int, source: str) -> Buffer:
+    return Buffer(name, base, rows * cols, {name: (0, rows, cols)}, source)
+
+
+def contraction(role: str, transa: str, transb: str) -> str:
+    """What K runs over for a row-major operand of an SGEMM: "columns" (x of y = x . W^T, the
+    forward) or "rows" (x of dW = dY^T . x, a weight gradient, K = the batch)."""
+    op = transa if role == "A" else transb
+    return "columns" if (role == "A") == (op == "T") else "rows"
+
+
+def _reads_scratch(r: Record, scratch: int) -> str | None:
+    """How a GEMM reads the concat scratch ("columns" or "rows"), or None."""
+    a = r.args
+    role = next((role for role in ("A", "B") if a.get(role) == scratch), None)
+    return None if role is None else contraction(role, a["transa"], a["transb"])
+
+
+def infer_layout(proc: ProcessCapture) -> CaptureLayout:
+    """Name what the capture itself proves (module docstring); the rest stays unresolved."""
+    layout = CaptureLayout()
+    concat = proc.kernels(CONCAT_KERNEL)
+    decoded = [r for r in concat if "concat" in r.args]
+    if decoded:
+        first = decoded[0].args
+        B, S2, auxk = first["rows"], first["sh2"], first["auxk"]
+        layout.dims.update(B=B, SH2=S2, AUXK=auxk)
+        how = f"{CONCAT_KERNEL}(concat)"
+        layout.add(_single(DIR_CONCAT, first["concat"], B, S2 + 1, how))
+        layout.add(_single("save_h_s2", first["h_s2"], B, S2, f"first {CONCAT_KERNEL}(h_s2)"))
+        layout.add(
+            _single("aux_nb_softmax_buf", first["aux_softmax"], B, auxk, f"first {CONCAT_KERNEL}")
+        )
+        for r in decoded[1:]:
+            if r.args["h_s2"] != first["h_s2"]:
+                layout.add(
+                    _single("tgt_h_s2", r.args["h_s2"], B, S2, f"second {CONCAT_KERNEL}(h_s2)")
+                )
+                break
+    for r in proc.kernels(ACCUMULATE_KERNEL):
+        a = r.args
+        if "d_h_s2" in a:
+            layout.add(
+                _single("d_h_s2", a["d_h_s2"], a["rows"], a["sh2"], f"{ACCUMULATE_KERNEL}(d_h_s2)")
+            )
+    for r in proc.kernels(POLYAK_KERNEL):
+        a = r.args
+        if "target" in a:
+            n = a["n"]
+            layout.add(
+                Buffer(
+                    TARGET, a["target"], n, {TARGET: (0, 1, n)}, f"{POLYAK_KERNEL}(target)", False
+                )
+            )
+            layout.add(
+                Buffer(
+                    "params",
+                    a["online"],
+                    n,
+                    {"params": (0, 1, n)},
+                    f"{POLYAK_KERNEL}(online)",
+                    False,
+                )
+            )
+    for r in proc.kernels(SCALE_KERNEL):
+        a = r.args
+        if "isv" in a:
+            n = a["isv_index"] + 1
+            layout.add(
+                Buffer(
+                    ISV,
+                    a["isv"],
+                    n,
+                    {ISV: (0, 1, n)},
+                    f"{SCALE_KERNEL}(isv), up to isv_index",
+                    False,
+                )
+            )
+    if decoded:
+        _infer_from_gemms(proc, layout)
+    # the scale's own target, when no GEMM named the dX buffer (the scale then names it)
+    for r in proc.kernels(SCALE_KERNEL):
+        a = r.args
+        if "dx_concat" in a and layout.resolve(a["dx_concat"]) is None:
+            layout.add(
+                _single(DIR_DX, a["dx_concat"], a["rows"], a["ld"], f"{SCALE_KERNEL}(dx_concat)")
+            )
+    return layout
+
+
+def _infer_from_gemms(proc: ProcessCapture, layout: CaptureLayout) -> None:
+    scratch = layout.buffers[DIR_CONCAT]
+    B, width = layout.dims["B"], layout.dims["SH2"] + 1
+    gemms = [r for r in proc.records if r.kind == "sgemm"]
+    w_b0fc = None
+    for r in gemms:
+        if _reads_scratch(r, scratch.base) == "columns":
+            w_b0fc, adv = r.args["A"], r.args["m"]  # y = x . W^T: W is cuBLAS's A
+            layout.dims["ADV"] = adv
+            how = "A operand of the forward GEMM on the concat scratch"
+            _add_param(layout, "w_b0fc", w_b0fc, adv, width, how)
+            break
+    for r in gemms:
+        if _reads_scratch(r, scratch.base) == "rows" and w_b0fc is not None:
+            how = "C operand of the GEMM contracting the concat scratch over its rows"
+            layout.add(_single("goff_w_b0fc", r.args["C"], layout.dims["ADV"], width, how))
+            break
+    for r in gemms:
+        dx = r.args.get("A") == w_b0fc and r.args["n"] == B and r.args["transa"] == "N"
+        if w_b0fc is not None and dx and layout.resolve(r.args["C"]) is None:
+            how = "C operand of the GEMM reading w_b0fc into a batch-row box (dX)"
+            layout.add(_single(DIR_DX, r.args["C"], B, width, how))
+            break
+
+
+def _add_param(layout: CaptureLayout, name: str, ptr: int, rows: int, cols: int, how: str) -> None:
+    """A parameter tensor: inside `params` (as its tensor) when the Polyak launch named the
+    flat buffer, else a buffer of its own."""
+    params = layout.buffers.get("params")
+    if params is not None and params.contains(ptr):
+        offset = (ptr - params.base) // ELEMENT_BYTES
+        params.tensors = {name: (offset, rows, cols), **params.tensors}
+        params.source += f"; {name} at element {offset}: {how}"
+    else:
+        layout.add(_single(name, ptr, rows, cols, how))

@@ -1,0 +1,87 @@
+"""A stand-in trainer: egf-audit's own SP14 step as a plain process, to be captured.
+
+    python -m egf_audit.capture.standin [--fault NAME] [--steps 2] [--layout-out FILE]
+
+Recorder off (plain mode): the process only trains, as the real trainer does, so a capture of
+it shares nothing with the auditing process but what the injected recorder writes. `--fault`
+puts one historical wiring bug back (egf_audit.scenarios.faults). Step 0 runs with the gate
+closed (sentinel: ISV[393] = 0), step 1 with the live producer, so one capture shows both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.pipeline.config import load_config
+from egf_audit.pipeline.step import SP14Pipeline
+from egf_audit.reports.atomic import write_atomic
+from egf_audit.runtime.backends import select_backend
+from egf_audit.runtime.kernel_sources import load_kernel_set
+from egf_audit.scenarios.faults import FAULTS_BY_NAME
+
+from .layout import layout_document
+
+MODE_SCHEDULE = ("sentinel", "live")  # step k runs MODE_SCHEDULE[k % 2]
+
+
+def write_layout(pipe: SP14Pipeline, path: Path) -> None:
+    """The layout file the way a trainer writes one: every allocation's address and size, the
+    named-offset table, the dims."""
+    buffers = {
+        spec.name: (
+            pipe.amap.bases[spec.name],
+            spec.size,
+            {t.name: (t.offset, t.rows, t.cols) for t in spec.tensors},
+        )
+        for spec in pipe.layout.buffers
+    }
+    params = pipe.layout.buffer("params")
+    offsets = {t.name: (t.offset, t.rows, t.cols) for t in params.tensors}
+    dims = dataclasses.asdict(pipe.dims)
+    write_atomic(path, layout_document(buffers, dims, offsets))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m egf_audit.capture.standin")
+    parser.add_argument("--fault", default=None, help="a fault name (egf-audit mutants --help)")
+    parser.add_argument("--preset", default="ci")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--layout-out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    try:
+        fault = FAULTS_BY_NAME.get(args.fault) if args.fault else None
+        if args.fault and fault is None:
+            raise UsageError(f"unknown fault {args.fault!r}")
+        config = load_config(None, args.preset, args.seed)
+        kernels = load_kernel_set()
+        wiring = None
+        if fault is not None:
+            kernels, wiring = fault.apply_kernels(kernels), fault.apply_wiring()
+        backend = select_backend(args.device, kernels)
+        extra = {"wiring": wiring} if wiring is not None else {}
+        start = time.perf_counter()
+        pipe = SP14Pipeline(config, backend, instrumented=False, scenario="standin", **extra)
+        pipe.initialize()
+        if args.layout_out is not None:
+            write_layout(pipe, args.layout_out)
+        for k in range(args.steps):
+            pipe.step(MODE_SCHEDULE[k % len(MODE_SCHEDULE)])
+        backend.synchronize()
+        seconds = time.perf_counter() - start
+    except (UsageError, AuditEnvironmentError) as exc:
+        print(f"standin: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    name = args.fault or "clean"
+    print(f"standin: {name}: {args.steps} steps on {backend.name} in {seconds:.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""GPU proof of `egf-audit capture`: the recorder injected into a separate stand-in trainer
+process, clean and with faults, and into a process that is no trainer at all.
+Run with `python -m pytest -m gpu tests/test_capture_gpu.py` on a machine with a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from egf_audit.capture.build import find_toolkit
+
+pytestmark = pytest.mark.gpu
+EGF = [sys.executable, "-m", "egf_audit"]
+STANDIN = [sys.executable, "-m", "egf_audit.capture.standin"]
+
+
+def _capture(tmp: Path, name: str, *standin_args: str, layout: bool = True) -> Path:
+    out = tmp / name
+    lay = tmp / f"{name}-layout.json"
+    cmd = [*EGF, "capture", "--out", str(out)]
+    if layout:
+        cmd += ["--layout", str(lay), "--", *STANDIN, "--layout-out", str(lay), *standin_args]
+    else:
+        cmd += ["--", *STANDIN, *standin_args]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _gate(folder: Path, tmp: Path) -> tuple[int, dict]:
+    report = tmp / f"{folder.name}.json"
+    done = subprocess.run(
+        [*EGF, "run", "--capture", str(folder), "--json", str(report)],
+        capture_output=True,
+        text=True,
+    )
+    assert "Traceback" not in done.stderr
+    return done.returncode, json.loads(report.read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _toolkit():
+    find_toolkit()  # an AuditEnvironmentError here names what is missing
+
+
+def test_clean_standin_passes_every_decidable_invariant(tmp_path):
+    code, report = _gate(_capture(tmp_path, "clean"), tmp_path)
+    statuses = {r["code"]: r["status"] for r in report["results"]}
+    decided = ("EGF001", "EGF003", "EGF004", "EGF005", "EGF006", "EGF007", "EGF008", "EGF011")
+    assert code == 0
+    assert all(statuses[c] == "pass" for c in decided), statuses
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [("dw-k-sh2", "EGF001"), ("skip-scale", "EGF003"), ("no-zero-d-h-s2", "EGF007")],
+)
+def test_a_fault_in_the_standin_is_caught_without_a_layout(tmp_path, fault, code):
+    folder = _capture(tmp_path, fault, "--fault", fault, layout=False)
+    exit_code, report = _gate(folder, tmp_path)
+    statuses = {r["code"]: r["status"] for r in report["results"]}
+    assert exit_code == 1
+    assert statuses[code] == "fail"
+
+
+def test_a_process_that_is_no_trainer_gets_a_verdict_naming_what_is_missing(tmp_path):
+    script = "import torch; a = torch.randn(64, 64, device='cuda'); print(float((a @ a).sum()))"
+    out = tmp_path / "torch"
+    done = subprocess.run(
+        [*EGF, "capture", "--out", str(out), "--", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    gate = subprocess.run([*EGF, "run", "--capture", str(out)], capture_output=True, text=True)
+    assert gate.returncode == 1
+    assert "is no SP14 trainer: none of the ABI kernels" in gate.stderr
+    assert "Traceback" not in gate.stderr
