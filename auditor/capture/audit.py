@@ -20,7 +20,7 @@ from .checks import FAIL, PASS, UNDECIDED, CaptureVerdict, decide
 from .command import audited_process
 from .convert import CaptureTrace, to_trace
 from .events import read_capture
-from .layout import LAYOUT_FILE, infer_layout, load_layout_file
+from .layout import infer_layout, layout_in, load_layout_file
 
 ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
 CODES = sorted({inv.code for inv in INVARIANTS} | {"EGF013"})
@@ -53,8 +53,8 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
     if not procs:
         raise UsageError(f"--capture {folder}: no recorder events in it (events-<pid>.jsonl)")
     proc = audited_process(procs)
-    layout_path = folder / LAYOUT_FILE
-    layout = load_layout_file(layout_path) if use_layout and layout_path.exists() else None
+    layout_path = layout_in(folder)
+    layout = load_layout_file(layout_path) if use_layout and layout_path else None
     ct = to_trace(proc, layout or infer_layout(proc), scenario=f"capture/{folder.name}")
     seen = {r.name for r in proc.kernels()}
     missing = [f"no {k} launch" for k in ABI_KERNELS if k not in seen]

@@ -18,6 +18,7 @@ the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,14 @@ from .events import ProcessCapture, Record
 
 FORMAT = "egf-audit-layout/1"
 LAYOUT_FILE = "layout.json"
+
+
+def layout_in(folder: Path) -> Path | None:
+    """The layout file of a capture folder (committed fixtures keep it gzipped), or None."""
+    for name in (LAYOUT_FILE, f"{LAYOUT_FILE}.gz"):
+        if (Path(folder) / name).exists():
+            return Path(folder) / name
+    return None
 
 
 @dataclass
@@ -111,8 +120,10 @@ def _triple(value: Any, where: str) -> tuple[int, int, int]:
 
 def load_layout_file(path: Path) -> CaptureLayout:
     """Read and check a layout file; every problem is one UsageError line naming the key."""
+    path = Path(path)
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        doc = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read layout file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
