@@ -122,7 +122,7 @@ def check_egf001(ct: CaptureTrace) -> CaptureVerdict:
     gemms = [x for x in ct.trace.sgemms()]
     if not gemms:
         return CaptureVerdict("EGF001", FAIL, "the process recorded no cuBLAS GEMM at all")
-    bad, unresolved, resolved = [], [], 0
+    bad, unresolved, resolved, operands = [], [], 0, 0
     for x in gemms:
         if not x.bindings:
             unresolved.append(x.index)
@@ -134,6 +134,7 @@ def check_egf001(ct: CaptureTrace) -> CaptureVerdict:
             )
         if problem:
             bad.append(_gemm_facts(x, problem))
+        operands += sum(b.region is not None for b in x.bindings)
         if all(b.region is not None for b in x.bindings):
             resolved += 1
         elif any(b.region is None for b in x.bindings):
@@ -148,6 +149,7 @@ def check_egf001(ct: CaptureTrace) -> CaptureVerdict:
     evidence = {
         "gemms": len(gemms),
         "fully_resolved": resolved,
+        "operands_resolved": operands,
         "with_unresolved_operands": len(unresolved),
         "unresolved_first": unresolved[:10],
     }
@@ -160,11 +162,18 @@ def check_egf001(ct: CaptureTrace) -> CaptureVerdict:
             f"({len(bad)} GEMMs, {len(kernels_bad)} kernels offend)",
             evidence | {"first": first, "offending_gemms": bad[:20], "kernels": kernels_bad[:20]},
         )
+    if operands == 0:
+        return CaptureVerdict(
+            "EGF001",
+            UNDECIDED,
+            f"no operand of {len(gemms)} GEMMs resolved to a named buffer",
+            evidence,
+        )
     return CaptureVerdict(
         "EGF001",
         PASS,
-        f"{len(gemms)} GEMMs: {resolved} fully resolved span their tensors, none reads SH2 "
-        f"columns of a row stride SH2 + 1; {len(unresolved)} keep unresolved operands",
+        f"{len(gemms)} GEMMs: {operands} resolved operands span their tensors ({resolved} GEMMs "
+        f"fully resolved), none reads SH2 columns of a row stride SH2 + 1",
         evidence,
     )
 

@@ -18,6 +18,7 @@ the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 from dataclasses import dataclass, field
@@ -69,16 +70,26 @@ class CaptureLayout:
     buffers: dict[str, Buffer] = field(default_factory=dict)
     dims: dict[str, Any] = field(default_factory=dict)
     from_file: bool = False
+    _by_base: list[Buffer] | None = field(default=None, repr=False)
+    _bases: list[int] = field(default_factory=list, repr=False)
 
     def add(self, buffer: Buffer) -> None:
         self.buffers.setdefault(buffer.name, buffer)
+        self._by_base = None
 
     def resolve(self, ptr: int) -> tuple[Buffer, int] | None:
-        """The innermost named buffer holding `ptr`, and the element offset into it."""
-        holding = [b for b in self.buffers.values() if b.contains(ptr)]
-        if not holding:
+        """The innermost named buffer holding `ptr`, and the element offset into it. Buffers
+        nest (a tensor's own name inside a flat buffer) but never partly overlap, so the
+        holder with the highest base at or below `ptr` is the innermost."""
+        if self._by_base is None:
+            self._by_base = sorted(self.buffers.values(), key=lambda b: (b.base, -b.size))
+            self._bases = [b.base for b in self._by_base]
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        while i >= 0 and not self._by_base[i].contains(ptr):
+            i -= 1
+        if i < 0:
             return None
-        inner = min(holding, key=lambda b: b.size)
+        inner = self._by_base[i]
         byte_offset = ptr - inner.base
         if byte_offset % ELEMENT_BYTES:
             return None

@@ -1,0 +1,224 @@
+"""`egf-audit capture` on CPU: the committed captures (made on an H200 from the stand-in trainer,
+clean and with each capture-visible fault, tests/data/capture/README.md) through parsing,
+layout inference and every capture check, and the command line's exit codes."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from egf_audit.capture.audit import CaptureAudit, audit_capture
+from egf_audit.capture.build import build_recorder, find_toolkit
+from egf_audit.capture.checks import FAIL, PASS, UNDECIDED
+from egf_audit.capture.events import parse_cublas, read_capture
+from egf_audit.capture.layout import infer_layout, layout_document, layout_in, load_layout_file
+from egf_audit.cli.app import app
+from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.runtime.contract import DIR_CONCAT, DIR_DX, SCALE_KERNEL, TARGET
+
+DATA = Path(__file__).parent / "data" / "capture"
+DECIDED = ("EGF001", "EGF003", "EGF004", "EGF005", "EGF006", "EGF007", "EGF008", "EGF011", "EGF012")
+# The kill matrix the H200 gave for these captures, with the layout file and without it.
+CAUGHT_BY = {
+    "clean": set(),
+    "fwd-k-sh2": {"EGF001", "EGF011"},
+    "dw-k-sh2": {"EGF001", "EGF006", "EGF011"},
+    "dx-k-sh2": {"EGF001", "EGF011"},
+    "cql-site-ungated": {"EGF003", "EGF004", "EGF008"},
+    "skip-scale": {"EGF003", "EGF004", "EGF008"},
+    "skip-rebuild": {"EGF006"},
+    "no-zero-d-h-s2": {"EGF007"},
+    "scale-wrong-col": {"EGF003", "EGF004"},
+    "target-grad-leak": {"EGF005"},
+    "wrapper-on-main": {"EGF001", "EGF006", "EGF008", "EGF011"},
+}
+
+
+@cache
+def _audit(name: str, use_layout: bool) -> CaptureAudit:
+    return audit_capture(DATA / name, use_layout=use_layout)
+
+
+def _statuses(audit: CaptureAudit) -> dict[str, str]:
+    return {v.code: v.status for v in audit.verdicts}
+
+
+@pytest.mark.parametrize("use_layout", [True, False], ids=["layout-file", "inferred"])
+@pytest.mark.parametrize("name", sorted(CAUGHT_BY))
+def test_each_capture_fails_exactly_the_invariants_that_catch_its_fault(name, use_layout):
+    statuses = _statuses(_audit(name, use_layout))
+    failed = {code for code, status in statuses.items() if status == FAIL}
+    assert failed == CAUGHT_BY[name]
+    if name == "clean":
+        assert all(statuses[c] == PASS for c in DECIDED), statuses
+        assert _audit(name, use_layout).ok
+
+
+def test_every_decidable_invariant_catches_some_fault():
+    caught = set().union(*CAUGHT_BY.values())
+    assert caught == set(DECIDED) - {"EGF012"}  # EGF012: no stand-in fault drives alpha out
+
+
+def test_what_a_capture_cannot_decide_says_why():
+    statuses = _statuses(_audit("clean", True))
+    assert {c for c, s in statuses.items() if s == UNDECIDED} == {
+        "EGF002",
+        "EGF009",
+        "EGF010",
+        "EGF013",
+    }
+    reasons = {v.code: v.summary for v in _audit("clean", True).verdicts}
+    assert "replayed" in reasons["EGF002"]
+
+
+def test_the_abi_kernels_decode_by_name_and_the_gemms_from_cublas_own_log():
+    (proc,) = read_capture(DATA / "clean")
+    scale = proc.kernels(SCALE_KERNEL)[0].args
+    assert (scale["rows"], scale["ld"], scale["wire_col"], scale["isv_index"]) == (64, 49, 48, 393)
+    gemms = [r for r in proc.records if r.kind == "sgemm"]
+    assert len(gemms) == 213
+    assert all(g.args["alpha"] == 1.0 and g.args["beta"] in (0.0, 1.0) for g in gemms)
+    assert {g.args["pointer_mode"] for g in gemms} == {0}  # host: alpha/beta were readable
+
+
+def test_parse_cublas_reads_a_logged_sgemm():
+    msg = (
+        "I! cuBLAS (v13.1.0) function cublasStatus_t cublasSgemm_v2(...) called:\n"
+        "i!  transa: type=cublasOperation_t; val=CUBLAS_OP_T(1)\n"
+        "i!  m: type=int; val=32\n"
+        "i!  A: type=float; val=POINTER (IN HEX:0x0x7f2e8fe20a00)\n"
+    )
+    assert parse_cublas(msg) == (
+        "cublasSgemm_v2",
+        {"transa": "T", "m": 32, "A": 0x7F2E8FE20A00},
+    )
+    assert parse_cublas("i!  m: type=int; val=32\n") is None
+
+
+def test_inference_finds_the_addresses_the_trainer_layout_file_gives():
+    (proc,) = read_capture(DATA / "clean")
+    given = load_layout_file(layout_in(DATA / "clean")).buffers
+    inferred = infer_layout(proc).buffers
+    for name in (DIR_CONCAT, DIR_DX, "save_h_s2", "tgt_h_s2", "d_h_s2", TARGET, "params"):
+        assert inferred[name].base == given[name].base, name
+    w_b0fc = given["params"].tensors["w_b0fc"]
+    assert inferred["params"].tensors["w_b0fc"] == w_b0fc
+    assert inferred["goff_w_b0fc"].base == given["grad_buf"].base + 4 * w_b0fc[0]
+
+
+def test_the_report_names_how_each_buffer_was_named_and_what_stayed_unresolved():
+    audit = _audit("clean", False)
+    named = {row["buffer"]: row["named_by"] for row in audit.capture.layout.naming()}
+    assert named[DIR_CONCAT] == "sp14_dir_concat_qaux(concat)"
+    assert "forward GEMM on the concat scratch" in named["params"]
+    assert len(audit.unresolved_gemms) == 213  # every GEMM has some activation left unnamed
+    assert _audit("clean", True).unresolved_gemms == []  # the layout file names every one
+
+
+def test_inference_binds_the_same_gemms_to_w_b0fc_as_the_layout_file():
+    def on_w_b0fc(audit: CaptureAudit) -> list[int]:
+        return [
+            x.index
+            for x in audit.capture.trace.sgemms()
+            if any(b.tensor == "w_b0fc" and b.region.buffer == "params" for b in x.bindings)
+        ]
+
+    assert on_w_b0fc(_audit("clean", False)) == on_w_b0fc(_audit("clean", True)) != []
+
+
+def test_a_process_that_is_no_trainer_is_named_so():
+    audit = _audit("not-a-trainer", True)
+    assert not audit.ok
+    assert "is no SP14 trainer: none of the ABI kernels" in audit.missing[0]
+    assert all(v.status == UNDECIDED for v in audit.verdicts)
+
+
+def test_the_layout_file_round_trips_and_rejects_what_it_cannot_use(tmp_path):
+    text = layout_document({"d_h_s2": (4096, 6, {"d_h_s2": (0, 2, 3)})}, {"SH2": 3}, {})
+    path = tmp_path / "layout.json"
+    path.write_text(text)
+    layout = load_layout_file(path)
+    assert layout.buffers["d_h_s2"].tensors == {"d_h_s2": (0, 2, 3)}
+    assert layout.resolve(4096 + 4 * 5)[1] == 5
+    path.write_text(json.dumps({"format": "egf-audit-layout/1", "buffers": {"x": {"bytes": 4}}}))
+    with pytest.raises(UsageError, match="buffers.x needs integer address and bytes"):
+        load_layout_file(path)
+    path.write_text("{")
+    with pytest.raises(UsageError, match="is not JSON"):
+        load_layout_file(path)
+
+
+# ---- the command line ----
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_run_capture_writes_the_document_json_and_junit_and_check_passes(tmp_path):
+    doc, js, junit = tmp_path / "audit.md", tmp_path / "r.json", tmp_path / "r.xml"
+    folder = str(DATA / "clean")
+    result = _invoke("run", "--capture", folder, "--out", str(doc), "--json", str(js))
+    assert result.exit_code == 0, result.output
+    assert "## Trainer process" in doc.read_text()
+    assert json.loads(js.read_text())["ok"] is True
+    result = _invoke(
+        "run", "--capture", folder, "--out", str(doc), "--check", "--junit", str(junit)
+    )
+    assert result.exit_code == 0, result.output
+    assert junit.read_text().count("<skipped") == 4
+    doc.write_text(doc.read_text().replace("pass", "fail", 1))
+    assert _invoke("run", "--capture", folder, "--out", str(doc), "--check").exit_code == 1
+
+
+def test_run_capture_fails_a_fault_and_a_non_trainer_in_one_line(tmp_path):
+    out = str(tmp_path / "doc.md")
+    result = _invoke("run", "--capture", str(DATA / "skip-rebuild"), "--out", out)
+    assert result.exit_code == 1
+    assert "EGF006 failed: step 0 @cql: the dW GEMM reads the concat built from another h_s2" in (
+        result.output
+    )
+    result = _invoke("run", "--capture", str(DATA / "not-a-trainer"), "--out", out)
+    assert result.exit_code == 1
+    assert "is no SP14 trainer" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_capture_on_a_folder_without_a_capture_is_a_usage_error(tmp_path):
+    result = _invoke("run", "--capture", str(tmp_path), "--out", str(tmp_path / "d.md"))
+    assert result.exit_code == 2
+    assert "no recorder events" in result.output
+
+
+def test_capture_without_a_command_is_a_usage_error(tmp_path):
+    assert _invoke("capture", "--out", str(tmp_path)).exit_code == 2
+
+
+def test_capture_of_a_process_without_cuda_ends_in_one_environment_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("EGF_AUDIT_CACHE", str(tmp_path / "cache"))
+    result = _invoke("capture", "--out", str(tmp_path / "c"), "--", sys.executable, "-c", "pass")
+    assert result.exit_code == 3
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("egf-audit: error:")]
+    assert len(lines) == 1 and "Traceback" not in result.output
+
+
+def test_a_missing_toolkit_is_named(monkeypatch):
+    monkeypatch.setattr("egf_audit.capture.build._roots", lambda: [])
+    with pytest.raises(AuditEnvironmentError, match="cupti.h, cuda.h, libcupti.so not found"):
+        find_toolkit()
+
+
+def test_the_recorder_compiles_exports_its_entry_point_and_is_cached(tmp_path, monkeypatch):
+    try:
+        find_toolkit()
+    except AuditEnvironmentError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("EGF_AUDIT_CACHE", str(tmp_path))
+    lib = build_recorder()
+    assert hasattr(ctypes.CDLL(str(lib)), "InitializeInjection")
+    built = lib.stat().st_mtime_ns
+    assert build_recorder() == lib and lib.stat().st_mtime_ns == built
