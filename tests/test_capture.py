@@ -147,7 +147,7 @@ def test_the_layout_file_round_trips_and_rejects_what_it_cannot_use(tmp_path):
     assert layout.buffers["d_h_s2"].tensors == {"d_h_s2": (0, 2, 3)}
     assert layout.resolve(4096 + 4 * 5)[1] == 5
     path.write_text(json.dumps({"format": "egf-audit-layout/1", "buffers": {"x": {"bytes": 4}}}))
-    with pytest.raises(UsageError, match="buffers.x needs integer address and bytes"):
+    with pytest.raises(UsageError, match=r"buffers\.x needs integer address and bytes"):
         load_layout_file(path)
     path.write_text("{")
     with pytest.raises(UsageError, match="is not JSON"):
@@ -208,7 +208,7 @@ def test_capture_of_a_process_without_cuda_ends_in_one_environment_line(tmp_path
 
 def test_a_missing_toolkit_is_named(monkeypatch):
     monkeypatch.setattr("egf_audit.capture.build._roots", lambda: [])
-    with pytest.raises(AuditEnvironmentError, match="cupti.h, cuda.h, libcupti.so not found"):
+    with pytest.raises(AuditEnvironmentError, match=r"cupti\.h, cuda\.h, libcupti\.so not found"):
         find_toolkit()
 
 
