@@ -222,3 +222,14 @@ def test_the_recorder_compiles_exports_its_entry_point_and_is_cached(tmp_path, m
     assert hasattr(ctypes.CDLL(str(lib)), "InitializeInjection")
     built = lib.stat().st_mtime_ns
     assert build_recorder() == lib and lib.stat().st_mtime_ns == built
+
+
+def test_the_standin_trains_with_a_fault_and_writes_a_layout_file(tmp_path):
+    from egf_audit.capture.standin import main
+
+    layout = tmp_path / "layout.json"
+    args = ["--device", "cpu", "--steps", "1", "--fault", "dw-k-sh2", "--layout-out", str(layout)]
+    assert main(args) == 0
+    params = load_layout_file(layout).buffers["params"]
+    assert params.tensors["w_b0fc"][1:] == (32, 49)  # [ADV, SH2 + 1] at ci
+    assert main(["--device", "cpu", "--fault", "no-such-fault"]) == 2

@@ -48,9 +48,7 @@ def _roots() -> list[Path]:
 
 def _ldconfig_roots() -> list[Path]:
     """Toolkit roots above the libcupti the dynamic loader knows (`ldconfig -p`)."""
-    ldconfig = shutil.which("ldconfig") or (
-        "/sbin/ldconfig" if Path("/sbin/ldconfig").exists() else None
-    )
+    ldconfig = shutil.which("ldconfig")
     if not ldconfig:
         return []
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.pipeline.config import load_config
 from egf_audit.pipeline.step import SP14Pipeline
+from egf_audit.pipeline.wiring import PRODUCTION
 from egf_audit.reports.atomic import write_atomic
 from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.kernel_sources import load_kernel_set
@@ -61,13 +62,12 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"unknown fault {args.fault!r}")
         config = load_config(None, args.preset, args.seed)
         kernels = load_kernel_set()
-        wiring = None
+        wiring = PRODUCTION
         if fault is not None:
-            kernels, wiring = fault.apply_kernels(kernels), fault.apply_wiring()
+            kernels, wiring = fault.apply_kernels(kernels), fault.wiring
         backend = select_backend(args.device, kernels)
-        extra = {"wiring": wiring} if wiring is not None else {}
         start = time.perf_counter()
-        pipe = SP14Pipeline(config, backend, instrumented=False, scenario="standin", **extra)
+        pipe = SP14Pipeline(config, backend, wiring, instrumented=False, scenario="standin")
         pipe.initialize()
         if args.layout_out is not None:
             write_layout(pipe, args.layout_out)
@@ -75,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
             pipe.step(MODE_SCHEDULE[k % len(MODE_SCHEDULE)])
         backend.synchronize()
         seconds = time.perf_counter() - start
-    except (UsageError, AuditEnvironmentError) as exc:
+    except UsageError as exc:
         print(f"standin: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return 2
+    except AuditEnvironmentError as exc:
+        print(f"standin: error: {exc}", file=sys.stderr)
+        return 3
     name = args.fault or "clean"
     print(f"standin: {name}: {args.steps} steps on {backend.name} in {seconds:.3f} s")
     return 0
