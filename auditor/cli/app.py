@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from egf_audit import __version__
-from egf_audit.cli import other_cli, run_cli
+from egf_audit.cli import capture_cli, other_cli, run_cli
 from egf_audit.cli.options import EXIT_CODES, handle_termination_signals, one_line
 
 try:  # typer vendors click from 0.20 on
@@ -63,6 +63,7 @@ app.command("invariants")(other_cli.list_invariants)
 app.command("explain")(other_cli.explain)
 app.command("config")(other_cli.config)
 app.command("bench")(other_cli.bench)
+app.command("capture", context_settings=capture_cli.CONTEXT)(capture_cli.capture)
 
 
 def run_app(argv: list[str]) -> int:

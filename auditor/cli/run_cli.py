@@ -78,6 +78,15 @@ def run(
             metavar="",
         ),
     ] = False,
+    capture: Annotated[
+        Path | None,
+        typer.Option(
+            "--capture",
+            help="Audit a capture of the trainer's own process (egf-audit capture) instead of "
+            "the rebuild; --out then defaults to DIR/trainer-audit.md (docs/capture.md).",
+            metavar="DIR",
+        ),
+    ] = None,
     quiet: Quiet = False,
     debug: Debug = False,
 ) -> None:
@@ -88,6 +97,13 @@ def run(
     fail still writes the document and exits 1. With GITHUB_ACTIONS=true it also prints
     workflow annotations and appends a summary to GITHUB_STEP_SUMMARY.
     """
+    if capture is not None:
+        with exit_codes(debug):
+            from egf_audit.capture import cli
+
+            given = out if out != DEFAULT_OUT else None
+            code = cli.gate(capture, given, check, json_out, junit, quiet)
+        raise typer.Exit(code)
     stdout, stderr = consoles()
     with exit_codes(debug):
         check_output_format(output_format)

@@ -1,0 +1,47 @@
+"""`egf-audit capture`: the typer command. The recorder, its build and the capture checks live
+in egf_audit.capture and load when the command runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from egf_audit.cli.options import Debug, exit_codes, with_help
+
+CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@with_help()
+def capture(
+    command: Annotated[list[str], typer.Argument(help="The trainer's command, after --.")],
+    out: Annotated[Path, typer.Option(help="The capture folder.", metavar="DIR")],
+    layout: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the command writes its layout file (docs/capture.md).", metavar="FILE"
+        ),
+    ] = None,
+    snapshot: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Snapshot around this kernel (repeatable; 'none': no snapshots).", metavar="KERNEL"
+        ),
+    ] = None,
+    values_max: Annotated[
+        int | None,
+        typer.Option(help="Keep at most this many values of a snapshot region.", metavar="N"),
+    ] = None,
+    debug: Debug = False,
+) -> None:
+    """Run the trainer's own command with egf-audit's recorder injected (CUPTI) and write its
+    launches, GEMMs and snapshots to --out; then `egf-audit run --capture DIR` audits it.
+
+    Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a GPU is
+    missing, the recorder did not load, or the command recorded no launch."""
+    with exit_codes(debug):
+        from egf_audit.capture import cli
+
+        code = cli.capture(command, out, layout, snapshot, values_max)
+    raise typer.Exit(code)
