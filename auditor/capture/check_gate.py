@@ -14,7 +14,7 @@ from egf_audit.runtime.contract import (
 )
 from egf_audit.runtime.trace import Launch
 
-from .convert import CaptureTrace
+from .convert import CaptureTrace, Site
 from .verdict import (
     FAIL,
     PASS,
@@ -56,14 +56,14 @@ def _scales(ct: CaptureTrace) -> list[_Scale]:
     return out
 
 
-def _site_scales(ct: CaptureTrace) -> tuple[list[_Scale], list[str]]:
-    """The scale launches, and the call sites that ran none (by `step@site`)."""
+def _site_scales(ct: CaptureTrace) -> tuple[list[_Scale], list[Site]]:
+    """The scale launches, and the call sites that ran none."""
     scales = _scales(ct)
     missing = []
     for site in ct.sites:
         between = ct.trace.launches[site.begin : site.first_accumulate]
         if not any(x.kind == "kernel" and x.name == SCALE_KERNEL for x in between):
-            missing.append(f"step {site.step} @{site.name}")
+            missing.append(site)
     return scales, missing
 
 
@@ -108,7 +108,9 @@ def _gate_check(ct: CaptureTrace, code: str, closed: bool) -> CaptureVerdict:
             problems.append(f"{where}: the wire is not fl(alpha * g) bitwise")
         elif s.body_same is False:
             problems.append(f"{where}: columns other than the wire changed")
-    problems += [f"{m}: no {SCALE_KERNEL} launch" for m in missing if int(m.split()[1]) in steps]
+    problems += [
+        f"step {m.step} @{m.name}: no {SCALE_KERNEL} launch" for m in missing if m.step in steps
+    ]
     evidence = {"scale_launches": len(wanted), "steps": sorted(steps), "problems": problems[:20]}
     if problems:
         return CaptureVerdict(code, FAIL, f"{problems[0]} ({len(problems)} findings)", evidence)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from egf_audit.runtime.contract import (
-    CONCAT_KERNEL,
-)
-from egf_audit.runtime.trace import Launch
+from egf_audit.runtime.contract import CONCAT_KERNEL
+from egf_audit.runtime.recorder import gemm_operand_boxes
+from egf_audit.runtime.trace import Binding, Launch
 
 from .convert import CaptureTrace
 from .verdict import (
@@ -20,8 +19,8 @@ from .verdict import (
 )
 
 
-# ---- EGF001 / EGF011: GEMM extents ----
-def _extent_problem(b, sh2: int | None) -> str | None:
+def _extent_problem(b: Binding) -> str | None:
+    """Why a resolved operand does not span its tensor's full logical extent, or None."""
     r = b.region
     if r is None:
         return None
@@ -52,8 +51,6 @@ def _k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
 
 
 def _boxes(x: Launch) -> dict[str, tuple[int, int, int]]:
-    from egf_audit.runtime.recorder import gemm_operand_boxes
-
     a = x.args
     return gemm_operand_boxes(
         a["transa"], a["transb"], a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldc"]
@@ -77,17 +74,14 @@ def check_egf001(ct: CaptureTrace) -> CaptureVerdict:
         if not x.bindings:
             unresolved.append(x.index)
             continue
-        problem = _k_sh2_signature(x, sh2)
-        for b in x.bindings:
-            problem = problem or (
-                _extent_problem(b, sh2) and f"operand {b.role} {_extent_problem(b, sh2)}"
-            )
+        problems = [f"operand {b.role} {p}" for b in x.bindings if (p := _extent_problem(b))]
+        problem = _k_sh2_signature(x, sh2) or (problems[0] if problems else None)
         if problem:
             bad.append(_gemm_facts(x, problem))
         operands += sum(b.region is not None for b in x.bindings)
         if all(b.region is not None for b in x.bindings):
             resolved += 1
-        elif any(b.region is None for b in x.bindings):
+        else:
             unresolved.append(x.index)
     kernels_bad = [
         {"launch": x.index, "label": x.label, "operand": b.role, "problem": "out of bounds"}
@@ -150,8 +144,8 @@ def check_egf011(ct: CaptureTrace) -> CaptureVerdict:
         return CaptureVerdict(
             "EGF011",
             FAIL,
-            f"{len(hits)} GEMMs take the K = SH2 path (first: {hits[0]['label']}, launch "
-            f"{hits[0]['launch']}): a production call site reaches the legacy wrapper path",
+            f"{len(hits)} GEMMs take the legacy K = SH2 path on w_b0fc or the concat (first: "
+            f"{hits[0]['label']}, launch {hits[0]['launch']})",
             {"gemms": hits[:20]},
         )
     return CaptureVerdict("EGF011", PASS, "no GEMM takes the K = SH2 path on w_b0fc or the concat")
