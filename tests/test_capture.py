@@ -233,3 +233,29 @@ def test_the_standin_trains_with_a_fault_and_writes_a_layout_file(tmp_path):
     params = load_layout_file(layout).buffers["params"]
     assert params.tensors["w_b0fc"][1:] == (32, 49)  # [ADV, SH2 + 1] at ci
     assert main(["--device", "cpu", "--fault", "no-such-fault"]) == 2
+
+
+def test_in_github_actions_a_failure_is_an_annotation_and_the_document_a_summary(
+    tmp_path, monkeypatch
+):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = str(tmp_path / "doc.md")
+    result = _invoke("run", "--capture", str(DATA / "target-grad-leak"), "--out", out)
+    assert result.exit_code == 1
+    assert "::error title=EGF005 (trainer process)::sgemm" in result.output
+    assert "## Trainer process" in summary.read_text()
+
+
+def test_a_layout_file_without_dims_takes_sh2_from_the_concat_launches(tmp_path):
+    import gzip
+    import shutil
+
+    folder = tmp_path / "dw-k-sh2"
+    shutil.copytree(DATA / "dw-k-sh2", folder)
+    doc = json.loads(gzip.decompress((folder / "layout.json.gz").read_bytes()))
+    del doc["dims"]
+    (folder / "layout.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    statuses = _statuses(audit_capture(folder))
+    assert statuses["EGF011"] == FAIL and statuses["EGF001"] == FAIL

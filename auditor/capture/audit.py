@@ -54,8 +54,10 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
         raise UsageError(f"--capture {folder}: no recorder events in it (events-<pid>.jsonl)")
     proc = audited_process(procs)
     layout_path = layout_in(folder)
-    layout = load_layout_file(layout_path) if use_layout and layout_path else None
-    ct = to_trace(proc, layout or infer_layout(proc), scenario=f"capture/{folder.name}")
+    inferred = infer_layout(proc)
+    layout = load_layout_file(layout_path) if use_layout and layout_path else inferred
+    layout.dims = {**inferred.dims, **layout.dims}  # a file without SH2: the concat's sh2
+    ct = to_trace(proc, layout, scenario=f"capture/{folder.name}")
     seen = {r.name for r in proc.kernels()}
     missing = [f"no {k} launch" for k in ABI_KERNELS if k not in seen]
     if len(missing) < len(ABI_KERNELS):

@@ -71,14 +71,22 @@ def gate(
         if junit_out is not None:
             batch.add(junit_out, render_junit(audit))
         batch.commit()
+    in_github = github.in_github_actions()
     for line in audit.missing:
         typer.echo(f"egf-audit: {line}", err=True)
+        if in_github:
+            typer.echo(github.command("error", line, title="trainer process"))
     for v in audit.verdicts:
         if v.status == FAIL:
             typer.echo(f"{v.code} failed: {v.summary}", err=True)
-            if github.in_github_actions():
+            if in_github:
                 typer.echo(github.command("error", v.summary, title=f"{v.code} (trainer process)"))
         elif not quiet:
             typer.echo(f"{v.code} {v.status}: {v.summary}")
     typer.echo(verdict_line(audit))
+    if in_github:
+        try:
+            github.append_step_summary(document)
+        except OSError as exc:
+            typer.echo(f"egf-audit: warning: cannot append the step summary: {exc}", err=True)
     return code
