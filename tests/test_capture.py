@@ -5,7 +5,9 @@ layout inference and every capture check, and the command line's exit codes."""
 from __future__ import annotations
 
 import ctypes
+import gzip
 import json
+import shutil
 import sys
 from functools import cache
 from pathlib import Path
@@ -249,9 +251,6 @@ def test_in_github_actions_a_failure_is_an_annotation_and_the_document_a_summary
 
 
 def test_a_layout_file_without_dims_takes_sh2_from_the_concat_launches(tmp_path):
-    import gzip
-    import shutil
-
     folder = tmp_path / "dw-k-sh2"
     shutil.copytree(DATA / "dw-k-sh2", folder)
     doc = json.loads(gzip.decompress((folder / "layout.json.gz").read_bytes()))
