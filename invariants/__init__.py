@@ -17,6 +17,7 @@ from egf_audit.invariants.egf009_state_shapes_grown import INVARIANT as EGF009
 from egf_audit.invariants.egf010_oracle_agreement import INVARIANT as EGF010
 from egf_audit.invariants.egf011_wrapper_path_residual import INVARIANT as EGF011
 from egf_audit.invariants.egf012_gate_range_fail_closed import INVARIANT as EGF012
+from egf_audit.invariants.egf013_kernel_effects_contained import INVARIANT as EGF013
 from egf_audit.invariants.registry import FAIL, PASS, WARN, Invariant, Verdict
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     EGF010,
     EGF011,
     EGF012,
+    EGF013,
 )
 INVARIANTS_BY_CODE = {inv.code: inv for inv in INVARIANTS}
 

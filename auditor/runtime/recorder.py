@@ -2,18 +2,30 @@
 
 Instrumented mode records each launch in order with its raw arguments, resolves every pointer to
 (buffer, region, tensor), and takes snapshots at named checkpoints. An out-of-bounds launch is
-recorded and NOT executed, so the audit reports it instead of corrupting memory. Plain mode runs
-the same calls with all of that off.
+recorded and NOT executed, so the audit reports it instead of corrupting memory. Every executed
+launch is watched (runtime/effects.py): each buffer is compared bitwise with its state before the
+launch outside the regions the launch declares it writes, the backend's guard zones are checked
+after every kernel, and a kernel whose process crashed, exited or hung is recorded so, its later
+launches skipped. Plain mode runs the same calls with all of that off.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
-from egf_audit.runtime.backends.base import Backend
+from egf_audit.runtime.backends.base import Backend, Watch
+from egf_audit.runtime.effects import (
+    CONTAINED,
+    Effects,
+    GuardBreach,
+    LaunchFailed,
+    StrayWrite,
+)
 from egf_audit.runtime.memory import AddressMap, Layout
 from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace
 
@@ -54,6 +66,10 @@ class Recorder:
         self._bindings: dict[tuple, Binding] = {}
         self._launch_bindings: dict[tuple, tuple[Binding, ...]] = {}
         self.trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
+        # every buffer as it was after the last launch (made at the first watched launch)
+        self._watch: Watch | None = None
+        self._buffer_at: dict[int, str] = {}  # buffer name by base pointer
+        self._exempt: dict[tuple[Binding, ...], dict[int, tuple]] = {}
 
     # ---- binding ----
     def _bind(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
@@ -82,17 +98,87 @@ class Recorder:
         shape = (tensor.offset, tensor.rows, tensor.cols) if tensor else None
         return Binding(role, ptr, access, region, tensor.name if tensor else None, shape, in_bounds)
 
-    def _record(self, kind: str, name: str, label: str, args: dict, bindings: tuple) -> bool:
-        """Append the launch; True when it may execute."""
+    def _record(
+        self, kind: str, name: str, label: str, args: dict, bindings: tuple, run: Callable[[], None]
+    ) -> None:
+        """Run the launch (unless refused) and, instrumented, append it with what it did."""
+        if not self.instrumented:
+            try:
+                run()
+            except LaunchFailed as exc:
+                raise AuditEnvironmentError(f"kernel {name} ({label}) {exc.what}") from None
+            return
         executed = all(b.in_bounds for b in bindings)
-        if self.instrumented:
-            if label in self.capture_inputs_of and executed:
+        effects = None
+        failed_before = self.backend.failed_kernels.get(name) if kind == "kernel" else None
+        if executed and failed_before is not None:
+            executed, effects = False, Effects(not_run=failed_before)
+        elif executed:
+            if label in self.capture_inputs_of:
                 self._capture_inputs(label, bindings)
-            launch = Launch(
-                len(self.trace.launches), self.step, kind, name, label, args, bindings, executed
+            effects = self._observe(kind, name, label, bindings, run)
+        launch = Launch(
+            len(self.trace.launches),
+            self.step,
+            kind,
+            name,
+            label,
+            args,
+            bindings,
+            executed,
+            effects,
+        )
+        self.trace.launches.append(launch)
+
+    def _observe(
+        self, kind: str, name: str, label: str, bindings: tuple, run: Callable[[], None]
+    ) -> Effects:
+        if self._watch is None:
+            self._watch = self.backend.watch(list(self.amap.bases.values()))
+        failure = None
+        try:
+            run()
+        except LaunchFailed as exc:
+            failure = exc.what
+            where = f"{self.trace.scenario} launch #{len(self.trace.launches)} ({label})"
+            self.backend.failed_kernels[name] = f"{name} {failure} at {where}"
+        breaches = self._guard_breaches() if kind == "kernel" else ()
+        strays = self._stray_writes(bindings)
+        if failure is None and not breaches and not strays:
+            return CONTAINED
+        return Effects(strays, breaches, failure)
+
+    def _guard_breaches(self) -> tuple[GuardBreach, ...]:
+        names = self._names()
+        return tuple(
+            GuardBreach(names[base], side, distance, count)
+            for base, side, distance, count in self.backend.guard_breaches()
+            if base in names
+        )
+
+    def _names(self) -> dict[int, str]:
+        if len(self._buffer_at) != len(self.amap.bases):
+            self._buffer_at = {base: buffer for buffer, base in self.amap.bases.items()}
+        return self._buffer_at
+
+    def _stray_writes(self, bindings: tuple[Binding, ...]) -> tuple[StrayWrite, ...]:
+        exempt = self._exempt.get(bindings)
+        if exempt is None:
+            exempt = {}
+            for b in bindings:
+                if b.writes and b.region is not None:
+                    r, base = b.region, self.amap.bases[b.region.buffer]
+                    exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
+            self._exempt[bindings] = exempt
+        names = self._names()
+        found = []
+        for base, first, count, old, new in self._watch.changes(exempt):
+            buffer = names[base]
+            tensor = self.layout.buffer(buffer).tensor_at(first)
+            found.append(
+                StrayWrite(buffer, first, tensor.name if tensor else None, count, old, new)
             )
-            self.trace.launches.append(launch)
-        return executed or not self.instrumented
+        return tuple(found)
 
     def _capture_inputs(self, label: str, bindings: tuple[Binding, ...]) -> None:
         buffers = sorted({b.region.buffer for b in bindings if b.reads and b.region})
@@ -143,8 +229,16 @@ class Recorder:
                     self._bind("B", b, "r", (0, *boxes["B"])),
                     self._bind("C", c, c_access, (0, *boxes["C"])),
                 )
-        if self._record("sgemm", "sgemm", label, args, bindings):
-            self.backend.sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        self._record(
+            "sgemm",
+            "sgemm",
+            label,
+            args,
+            bindings,
+            lambda: self.backend.sgemm(
+                transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+            ),
+        )
 
     def kernel(self, label: str, name: str, **args: Any) -> None:
         spec = KERNELS_BY_NAME[name]
@@ -162,15 +256,25 @@ class Recorder:
                     self._bind(a.param, args[a.param], a.mode, a.box(args)) for a in spec.accesses
                 )
         recorded = dict(args, grid=blocks, block=THREADS_PER_BLOCK)
-        if self._record("kernel", name, label, recorded, bindings):
-            self.backend.launch(spec, blocks, THREADS_PER_BLOCK, values)
+        self._record(
+            "kernel",
+            name,
+            label,
+            recorded,
+            bindings,
+            lambda: self.backend.launch(spec, blocks, THREADS_PER_BLOCK, values),
+        )
 
     def memset_zero(self, label: str, ptr: int, count: int) -> None:
         bindings = (self._bind("dst", ptr, "w", (0, 1, count, count)),) if self.instrumented else ()
-        if self._record(
-            "memset", "memset", label, {"dst": ptr, "value": 0, "count": count}, bindings
-        ):
-            self.backend.memset_zero(ptr, count)
+        self._record(
+            "memset",
+            "memset",
+            label,
+            {"dst": ptr, "value": 0, "count": count},
+            bindings,
+            lambda: self.backend.memset_zero(ptr, count),
+        )
 
     def upload(self, label: str, dst: int, values: np.ndarray, stride: int = 1) -> None:
         """A host-to-device write (batch, forced gate, injected values): a recorded launch too."""
@@ -179,10 +283,14 @@ class Recorder:
         bindings = ()
         if self.instrumented:
             bindings = (self._bind("dst", dst, "w", (0, count, 1, stride)),)
-        if self._record(
-            "copy", "upload", label, {"dst": dst, "count": count, "stride": stride}, bindings
-        ):
-            self.backend.upload(dst, values, stride)
+        self._record(
+            "copy",
+            "upload",
+            label,
+            {"dst": dst, "count": count, "stride": stride},
+            bindings,
+            lambda: self.backend.upload(dst, values, stride),
+        )
 
     def checkpoint(self, name: str, buffers: list[str] | tuple[str, ...], **meta: Any) -> None:
         if not self.instrumented:

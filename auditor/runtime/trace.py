@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from egf_audit.runtime.contract import STEP_START
+from egf_audit.runtime.effects import Effects
 
 
 class Missing(KeyError):
@@ -80,6 +81,8 @@ class Launch:
     args: dict[str, Any]  # the raw arguments exactly as passed
     bindings: tuple[Binding, ...] = ()
     executed: bool = True  # False when the recorder refused an out-of-bounds launch
+    # what the launch was observed to do (instrumented mode; None: not executed or not watched)
+    effects: Effects | None = None
 
     @property
     def site(self) -> str | None:

@@ -100,6 +100,7 @@ class Auditor:
 
     def run(self, modes: tuple[str, ...] = ("sentinel", "live")) -> AuditRun:
         run = AuditRun(self.config, modes, self.steps)
+        self.backend.failed_kernels.clear()  # a kernel that failed in another audit runs again
         for mode in modes:
             initial = None
             for sc in mode_scenarios(mode):

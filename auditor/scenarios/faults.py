@@ -173,6 +173,30 @@ FAULTS: tuple[Fault, ...] = (
         ),
         expected=("EGF012",),
     ),
+    # ---- kernels that write where they do not declare: only EGF013 sees them, every result
+    # the other invariants check stays right ----
+    Fault(
+        "scale-writes-past-region",
+        "sp14_scale_wire_col stashes the gate it applied one element past the ISV slot it may "
+        "only read (isv[isv_index + 1], another signal of the trainer)",
+        patch=KernelPatch(
+            "sp14_scale_wire_col_kernel.cu",
+            "  float a = isv[isv_index];\n",
+            "  float a = isv[isv_index];\n  ((float*)isv)[isv_index + 1] = a;\n",
+        ),
+        expected=("EGF013",),
+    ),
+    Fault(
+        "sn-normalize-writes-neighbour",
+        "sn_normalize also writes the element in front of its vector: normalising v_b0fc "
+        "overwrites the last element of its neighbour u_b0fc in sn_state",
+        patch=KernelPatch(
+            "sn_normalize_kernel.cu",
+            "  out[i] = in[i] / sqrtf(fmaxf(norm2[0], 1e-30f));\n",
+            "  out[i] = in[i] / sqrtf(fmaxf(norm2[0], 1e-30f));\n  if (i == 0) out[-1] = in[0];\n",
+        ),
+        expected=("EGF013",),
+    ),
 )
 
 FAULTS_BY_NAME = {f.name: f for f in FAULTS}

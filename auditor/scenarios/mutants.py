@@ -105,9 +105,10 @@ def run_mutants(
     steps: int = 2,
     modes: tuple[str, ...] = ("sentinel", "live"),
     progress: Callable[[str], None] | None = None,
+    launch_timeout_s: float | None = None,
 ) -> MutantsResult:
     say = progress or (lambda _m: None)
-    clean_backend = select_backend(device, kernels)
+    clean_backend = select_backend(device, kernels, launch_timeout_s)
     result = MutantsResult(backend=clean_backend.name)
     for fault in faults:
         say(f"fault {fault.name}")
@@ -118,7 +119,11 @@ def run_mutants(
                 FaultResult(fault.name, fault.summary, (), False, str(exc), fault.expected)
             )
             continue
-        backend = select_backend(device, faulty_kernels) if fault.patch else clean_backend
+        backend = (
+            select_backend(device, faulty_kernels, launch_timeout_s)
+            if fault.patch
+            else clean_backend
+        )
         run = Auditor(config, backend, fault.wiring, steps=steps).run(modes)
         caught = tuple(sorted({r.code for r in evaluate(run) if r.verdict.status == FAIL}))
         result.faults.append(

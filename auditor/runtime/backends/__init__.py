@@ -34,7 +34,11 @@ def check_device(device: str) -> str:
     return device
 
 
-def select_backend(device: str, kernel_set: KernelSet) -> Backend:
+def select_backend(
+    device: str, kernel_set: KernelSet, launch_timeout_s: float | None = None
+) -> Backend:
+    """The backend for `--device`. `launch_timeout_s`: the CPU worker's per-launch watchdog
+    (None: its default)."""
     check_device(device)
     if device in ("auto", "cuda"):
         ok, why = cuda_usable()
@@ -45,8 +49,9 @@ def select_backend(device: str, kernel_set: KernelSet) -> Backend:
         if device == "cuda":
             raise AuditEnvironmentError(f"--device cuda asked for, but no usable GPU: {why}")
     from egf_audit.runtime.backends.cpu import CpuBackend
+    from egf_audit.runtime.backends.cpu_worker import DEFAULT_LAUNCH_TIMEOUT_S
 
-    return CpuBackend(kernel_set)
+    return CpuBackend(kernel_set, launch_timeout_s or DEFAULT_LAUNCH_TIMEOUT_S)
 
 
 __all__ = ["DEVICES", "Backend", "check_device", "cuda_usable", "select_backend"]

@@ -11,8 +11,20 @@ from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.memory import BufferSpec
 
 
+class Watch(Protocol):
+    def changes(
+        self, exempt: dict[int, tuple[tuple[int, int, int, int], ...]]
+    ) -> list[tuple[int, int, int, int, int]]:
+        """Bitwise changes since the last call (or the start), outside the boxes (offset, rows,
+        width, row stride) exempt for each pointer: (pointer, first element, count, old bits,
+        new bits) per allocation that changed elsewhere. The copies are brought up to date."""
+
+
 class Backend(Protocol):
     name: str
+    # kernel name -> its first failure (crash, exit, time-out), in words; the recorder runs no
+    # later launch of a kernel listed here. An audit clears it when it starts.
+    failed_kernels: dict[str, str]
 
     def alloc(self, spec: BufferSpec) -> int:
         """A zero-filled allocation for `spec`; returns its base pointer."""
@@ -55,6 +67,17 @@ class Backend(Protocol):
     def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None: ...
 
     def synchronize(self) -> None: ...
+
+    # ---- what a launch did (runtime/effects.py) ----
+    def guard_breaches(self) -> list[tuple[int, str, int, int]]:
+        """(base pointer, "before"/"after", distance, count) for every allocation whose guard
+        zone changed since the last call; the zones are restored."""
+
+    def watch(self, ptrs: Sequence[int]) -> Watch:
+        """Start watching the allocations at `ptrs` (copies of them as they are now)."""
+
+    def close(self) -> None:
+        """Release what the backend holds beyond its buffers (the CPU's kernel worker)."""
 
     def info(self) -> dict[str, str]:
         """Device name and library versions, for the environment block."""

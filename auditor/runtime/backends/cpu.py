@@ -1,23 +1,20 @@
 """The CPU backend: the same kernels/*.cu sources, compiled by the host C++ compiler behind
-kernels/cpu_shim.h into one shared library per source (cached by hash), launched through ctypes;
-SGEMMs through torch on `as_strided` views that honour m, n, k and the leading dimensions
-exactly, so a `k = lda - 1` call drops the last column here just as cuBLAS does on the GPU.
+kernels/cpu_shim.h into one shared library per source (cached by hash), launched through ctypes
+in a forked worker process (cpu_worker.py) so that a kernel that crashes, exits or hangs becomes a
+verdict; SGEMMs through torch on `as_strided` views that honour m, n, k and the leading
+dimensions exactly, so a `k = lda - 1` call drops the last column here just as cuBLAS does on the
+GPU. Every buffer sits between a canary zone and guard pages (guarded_memory.py).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
-import hashlib
 import os
 import platform
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,30 +22,18 @@ import torch
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import SHIM_HEADER, KernelSpec, bundled_dir
+from egf_audit.runtime.backends import guarded_memory
+from egf_audit.runtime.backends.cpu_build import compiler, compiler_id, load_library
+from egf_audit.runtime.backends.cpu_worker import (
+    DEFAULT_LAUNCH_TIMEOUT_S,
+    KernelWorker,
+    argument_format,
+)
+from egf_audit.runtime.effects import changed_outside
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
-CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]
 _CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong}
-_DTYPES = {"f32": torch.float32, "i32": torch.int32}
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("EGF_AUDIT_CACHE") or Path.home() / ".cache" / "egf-audit"
-    return Path(root) / "cpu-kernels"
-
-
-def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cxx:
-        raise AuditEnvironmentError("the CPU backend needs a C++ compiler (g++) and none was found")
-    return cxx
-
-
-@lru_cache(maxsize=1)
-def _compiler_id(cxx: str) -> str:
-    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
-    return (out.stdout.splitlines() or ["unknown"])[0]
 
 
 def launcher_source(source: KernelSource) -> str:
@@ -72,76 +57,59 @@ def launcher_source(source: KernelSource) -> str:
     )
 
 
-def _first_error_lines(stderr: str, limit: int = 6) -> str:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "error" in ln]
-    picked = errors or lines
-    return " | ".join(picked[:limit])
-
-
-def compile_kernel(source: KernelSource) -> Path:
-    """The shared library for one kernel source, compiled once per distinct source."""
-    cxx = _compiler()
+def compile_kernel(source: KernelSource) -> ctypes.CDLL:
+    """The loaded shared library for one kernel source (built once per distinct source)."""
     shim = (bundled_dir() / SHIM_HEADER).read_text(encoding="utf-8")
-    unit = launcher_source(source)
-    key = hashlib.sha256(
-        "\0".join([unit, shim, _compiler_id(cxx), " ".join(CXX_FLAGS)]).encode()
-    ).hexdigest()[:24]
-    out_dir = cache_dir()
-    lib = out_dir / f"{source.spec.name}-{key}.so"
-    if lib.exists():
-        return lib
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        cpp = Path(tmp) / "unit.cpp"
-        cpp.write_text(unit, encoding="utf-8")
-        (Path(tmp) / SHIM_HEADER).write_text(shim, encoding="utf-8")
-        built = Path(tmp) / "lib.so"
-        proc = subprocess.run(
-            [cxx, *CXX_FLAGS, "-o", str(built), str(cpp)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise AuditEnvironmentError(
-                f"kernel {source.path} does not compile: {_first_error_lines(proc.stderr)}"
-            )
-        os.replace(built, lib)  # atomic: a concurrent run sees the whole library or none
-    return lib
+    return load_library(source.spec.name, launcher_source(source), {SHIM_HEADER: shim}, source.path)
 
 
 class CpuBackend:
     name = "cpu"
 
-    def __init__(self, kernel_set: KernelSet):
+    def __init__(self, kernel_set: KernelSet, launch_timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S):
         # The audit's GEMMs are small and many: a multi-threaded pool costs more in wake-ups than
         # it saves, and spinning threads starve other processes on a small CI machine.
         torch.set_num_threads(1)
         self._buffers: dict[int, torch.Tensor] = {}  # by base pointer
+        self._guarded: dict[int, guarded_memory.GuardedBuffer] = {}
         self._bases: list[int] = []
-        self._kernels: dict[str, Any] = {}
+        self._index: dict[str, int] = {}
+        functions, formats = [], []
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             libs = list(pool.map(compile_kernel, kernel_set.sources))
         for source, lib in zip(kernel_set.sources, libs, strict=True):
-            fn = ctypes.CDLL(str(lib)).egf_launch
+            fn = lib.egf_launch
             fn.restype = None
             fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [
                 ctypes.c_void_p if t.endswith("*") else _CTYPES[t] for _, t in source.spec.params
             ]
-            self._kernels[source.spec.name] = fn
+            self._index[source.spec.name] = len(functions)
+            functions.append(fn)
+            formats.append(argument_format([t for _, t in source.spec.params]))
+        self._functions, self._formats = tuple(functions), tuple(formats)
+        self.launch_timeout_s = launch_timeout_s
+        self._worker: KernelWorker | None = None
+        self._mapped = 0  # bumped by every allocation: a worker forked before it lacks the buffer
+        self._worker_mapped = -1
+        self.failed_kernels: dict[str, str] = {}
+        self._canaries: guarded_memory.CanaryScan | None = None
 
     # ---- memory ----
     def alloc(self, spec: BufferSpec) -> int:
-        tensor = torch.zeros(spec.size, dtype=_DTYPES[spec.dtype])
-        base = tensor.data_ptr()
-        self._buffers[base] = tensor
+        guarded = guarded_memory.allocate(spec.size, spec.dtype)
+        base = guarded.base
+        self._guarded[base] = guarded
+        self._buffers[base] = torch.from_numpy(guarded.data)
         bisect.insort(self._bases, base)
+        self._mapped += 1
+        self._canaries = None
         return base
 
     def free(self, ptr: int) -> None:
         del self._buffers[ptr]
         self._bases.remove(ptr)
+        self._canaries = None
+        guarded_memory.release(self._guarded.pop(ptr))
 
     def _locate(self, ptr: int) -> tuple[torch.Tensor, int]:
         i = bisect.bisect_right(self._bases, ptr) - 1
@@ -185,7 +153,37 @@ class CpuBackend:
             out.copy_(product + (out * beta if beta != 1.0 else out))
 
     def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
-        self._kernels[spec.name](blocks, threads, *args)
+        """Run in the worker; LaunchFailed when it crashed, exited or timed out."""
+        worker = self._worker
+        if worker is None or not worker.alive or self._worker_mapped != self._mapped:
+            self.close()
+            worker = self._worker = KernelWorker(
+                self._functions, self._formats, self.launch_timeout_s
+            )
+            self._worker_mapped = self._mapped
+        worker.run(self._index[spec.name], blocks, threads, args)
+
+    def close(self) -> None:
+        """Stop the worker (a later launch starts a new one)."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit os may be half torn down
+            self.close()
+
+    # ---- what a launch did ----
+    def guard_breaches(self) -> list[tuple[int, str, int, int]]:
+        """(base, side, distance, count) of every canary zone found changed, each restored."""
+        if self._canaries is None:  # allocations changed since the last scan
+            self._canaries = guarded_memory.CanaryScan(list(self._guarded.values()))
+        found = self._canaries.breached()
+        scanned = self._canaries.buffers
+        return [(scanned[i].base, "before", distance, count) for i, distance, count in found]
+
+    def watch(self, ptrs: Sequence[int]) -> CpuWatch:
+        return CpuWatch(ptrs, guarded_memory.Watcher([self._guarded[p] for p in ptrs]))
 
     def synchronize(self) -> None:
         pass
@@ -194,6 +192,26 @@ class CpuBackend:
         return {
             "backend": "cpu",
             "device": platform.processor() or platform.machine(),
-            "compiler": _compiler_id(_compiler()),
+            "compiler": compiler_id(tuple(compiler())),
             "torch": torch.__version__,
         }
+
+
+class CpuWatch:
+    """Shadows of a pipeline's buffers; `changes` reports writes outside the declared boxes."""
+
+    def __init__(self, ptrs: Sequence[int], watcher: guarded_memory.Watcher):
+        self._ptrs = list(ptrs)
+        self._watcher = watcher
+
+    def changes(
+        self, exempt: dict[int, tuple[tuple[int, int, int, int], ...]]
+    ) -> list[tuple[int, int, int, int, int]]:
+        found = []
+        w = self._watcher
+        for i in w.changed():
+            ptr = self._ptrs[i]
+            change = changed_outside(np, w.live[i], w.shadows[i], exempt.get(ptr, ()))
+            if change is not None:
+                found.append((ptr, *change))
+        return found

@@ -1,0 +1,194 @@
+"""Compiling the CPU backend's shared libraries, and a build cache that cannot lie.
+
+A build is cached as `<name>-<key>.so` beside `<name>-<key>.so.sha256`. The key hashes the whole
+translation unit, every header it may include (the shim and any beside a `--kernels` source),
+the compiler's identity and the flags; the sidecar records the key and the sha256 of the
+library's own bytes. A library is used only when both match: a truncated, swapped or foreign
+file is rebuilt (and stderr says so), never loaded. The cache folder is `$EGF_AUDIT_CACHE`, else
+`~/.cache/egf-audit`; a folder that cannot be used is one error line naming it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from egf_audit.errors import AuditEnvironmentError
+
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]
+CACHE_HINT = "set EGF_AUDIT_CACHE to a writable folder"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EGF_AUDIT_CACHE")
+    if not root:
+        try:
+            root = str(Path.home() / ".cache" / "egf-audit")
+        except RuntimeError:  # no HOME and no passwd entry
+            raise AuditEnvironmentError(
+                f"no home folder for the kernel cache: {CACHE_HINT}"
+            ) from None
+    return Path(root) / "cpu-kernels"
+
+
+def _usable_cache(folder: Path) -> Path:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass  # the folder takes a new file: builds can be written there
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise AuditEnvironmentError(
+            f"the kernel cache folder {folder} cannot be used ({reason}): {CACHE_HINT}"
+        ) from None
+    return folder
+
+
+def compiler() -> list[str]:
+    """The C++ compiler command: `$CXX` split as a shell would (`ccache g++` is two words),
+    else g++ or c++ from PATH."""
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        words = shlex.split(cxx)
+        if shutil.which(words[0]) is None:
+            raise AuditEnvironmentError(
+                f"CXX={cxx!r}: {words[0]!r} is not an executable on PATH; set CXX to a C++ "
+                "compiler (g++) or unset it"
+            )
+        return words
+    found = shutil.which("g++") or shutil.which("c++")
+    if not found:
+        raise AuditEnvironmentError(
+            "the CPU backend needs a C++ compiler: install g++ or set CXX to one"
+        )
+    return [found]
+
+
+@lru_cache(maxsize=8)
+def compiler_id(cxx: tuple[str, ...]) -> str:
+    try:
+        out = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise AuditEnvironmentError(
+            f"the C++ compiler {shlex.join(cxx)} cannot run: {exc}"
+        ) from None
+    if out.returncode != 0 or not out.stdout.strip():
+        raise AuditEnvironmentError(
+            f"the C++ compiler {shlex.join(cxx)} does not answer --version: set CXX to a C++ "
+            "compiler (g++)"
+        )
+    return out.stdout.splitlines()[0]
+
+
+def _first_error_lines(stderr: str, limit: int = 6) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln]
+    return " | ".join((errors or lines)[:limit])
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cached_build_ok(lib: Path, key: str) -> bool:
+    """The library is there, and its sidecar names this key and the library's own bytes."""
+    try:
+        recorded = Path(f"{lib}.sha256").read_text(encoding="ascii").split()
+        return recorded == [key, _sha256(lib)]
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def say(message: str) -> None:
+    print(f"egf-audit: {message}", file=sys.stderr, flush=True)
+
+
+def _disk_full(folder: Path) -> AuditEnvironmentError:
+    return AuditEnvironmentError(
+        f"no space left on the device under the kernel cache folder {folder}: free space there "
+        f"or {CACHE_HINT} on another disk"
+    )
+
+
+def build_library(
+    name: str,
+    unit: str,
+    headers: dict[str, str],
+    display: str,
+    include_dirs: tuple[Path, ...] = (),
+) -> Path:
+    """The shared library for one translation unit, from the cache when an intact build of the
+    same key is there, else compiled (headers written beside the unit; include_dirs searched)."""
+    cxx = compiler()
+    parts = [unit, compiler_id(tuple(cxx)), " ".join(CXX_FLAGS)]
+    parts += [f"{n}\0{t}" for n, t in sorted(headers.items())]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+    folder = _usable_cache(cache_dir())
+    lib = folder / f"{name}-{key}.so"
+    if lib.exists():
+        if cached_build_ok(lib, key):
+            return lib
+        say(f"cached build {lib} does not match its recorded hash: rebuilding it")
+    try:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+            cpp = Path(tmp) / "unit.cpp"
+            cpp.write_text(unit, encoding="utf-8")
+            for header, text in headers.items():
+                (Path(tmp) / header).write_text(text, encoding="utf-8")
+            built = Path(tmp) / "lib.so"
+            includes = [f"-I{d}" for d in include_dirs]
+            proc = subprocess.run(
+                [*cxx, *CXX_FLAGS, *includes, "-o", str(built), str(cpp)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                if "No space left on device" in proc.stderr:
+                    raise _disk_full(folder)
+                raise AuditEnvironmentError(
+                    f"kernel {display} does not compile: {_first_error_lines(proc.stderr)}"
+                )
+            sidecar = Path(tmp) / "lib.so.sha256"
+            sidecar.write_text(f"{key} {_sha256(built)}\n", encoding="ascii")
+            # sidecar first: a reader between the two renames sees a mismatch and rebuilds
+            os.replace(sidecar, f"{lib}.sha256")
+            os.replace(built, lib)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full(folder) from None
+        raise AuditEnvironmentError(
+            f"the kernel cache folder {folder} cannot be used ({exc.strerror or exc}): {CACHE_HINT}"
+        ) from None
+    return lib
+
+
+def load_library(
+    name: str,
+    unit: str,
+    headers: dict[str, str],
+    display: str,
+    include_dirs: tuple[Path, ...] = (),
+) -> ctypes.CDLL:
+    """`build_library`, loaded; a cached build the loader refuses is rebuilt once."""
+    lib = build_library(name, unit, headers, display, include_dirs)
+    try:
+        return ctypes.CDLL(str(lib))
+    except OSError as exc:
+        say(f"cached build {lib} cannot be loaded ({exc}): rebuilding it")
+    for stale in (lib, Path(f"{lib}.sha256")):
+        stale.unlink(missing_ok=True)
+    lib = build_library(name, unit, headers, display, include_dirs)
+    try:
+        return ctypes.CDLL(str(lib))
+    except OSError as exc:
+        raise AuditEnvironmentError(f"the build of {display} cannot be loaded: {exc}") from None

@@ -1,0 +1,183 @@
+"""Host allocations the audited kernels cannot leave unnoticed (CPU backend).
+
+Each buffer gets its own shared anonymous mapping, so a forked kernel worker (cpu_worker.py)
+works on the very memory the parent's torch GEMMs use:
+
+    [guard page][canaries ... | buffer data, ending on a page boundary][guard page]
+
+The guard pages are PROT_NONE: a read or write just past the end of a buffer (or far before
+it) faults, and in the worker that fault is a crash verdict. The canaries fill the rest of the
+pages in front of the buffer (at least GUARD_ELEMENTS of them); a write just before the buffer
+changes one, and `breached_canaries` finds it after the launch. `Watcher` keeps a shadow copy of
+every buffer so that the recorder can see what a launch changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from egf_audit.errors import AuditEnvironmentError
+from egf_audit.runtime.backends.cpu_build import load_library
+from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
+from egf_audit.runtime.memory import ELEMENT_BYTES
+
+PAGE = mmap.PAGESIZE
+PROT_NONE = 0  # not exported by the mmap module
+_DTYPES = {"f32": np.float32, "i32": np.int32}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@dataclass
+class GuardedBuffer:
+    mapping: int  # address of the whole mapping, guard pages included
+    length: int  # bytes of the mapping
+    data: np.ndarray  # the buffer itself (float32 or int32), live memory
+    canaries: np.ndarray  # uint32, the zone right in front of the buffer, live memory
+
+    @property
+    def base(self) -> int:
+        return self.data.ctypes.data
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise AuditEnvironmentError(f"{what} failed: {os.strerror(err)}")
+
+
+def allocate(count: int, dtype: str) -> GuardedBuffer:
+    """A zero-filled buffer of `count` elements between canaries and guard pages."""
+    nbytes = count * ELEMENT_BYTES
+    inner_pages = -(-(nbytes + GUARD_ELEMENTS * ELEMENT_BYTES) // PAGE)
+    length = (inner_pages + 2) * PAGE
+    address = _libc.mmap(
+        None,
+        length,
+        mmap.PROT_READ | mmap.PROT_WRITE,
+        mmap.MAP_SHARED | mmap.MAP_ANONYMOUS,
+        -1,
+        0,
+    )
+    if address in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise AuditEnvironmentError(f"cannot map {length} bytes for a buffer: {os.strerror(err)}")
+    _check(_libc.mprotect(address, PAGE, PROT_NONE), "mprotect")
+    _check(_libc.mprotect(address + (inner_pages + 1) * PAGE, PAGE, PROT_NONE), "mprotect")
+    inner = (ctypes.c_uint8 * (inner_pages * PAGE)).from_address(address + PAGE)
+    raw = np.frombuffer(inner, dtype=np.uint8)
+    split = inner_pages * PAGE - nbytes
+    canaries = raw[:split].view(np.uint32)
+    canaries[:] = CANARY_BITS
+    data = raw[split:].view(_DTYPES[dtype])
+    return GuardedBuffer(address, length, data, canaries)
+
+
+def release(buffer: GuardedBuffer) -> None:
+    """Unmap; the caller must hold no view of the buffer any more."""
+    _check(_libc.munmap(buffer.mapping, buffer.length), "munmap")
+
+
+# One C call per launch scans every buffer and every canary zone: done from Python, the ~100
+# buffers of a pipeline cost more per launch than the launch itself.
+SCAN_SOURCE = r"""
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+extern "C" int egf_changed(int n, void* const* live, void* const* shadow, const size_t* nbytes,
+                           int* out) {
+  int k = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::memcmp(live[i], shadow[i], nbytes[i]) != 0) out[k++] = i;
+  return k;
+}
+extern "C" int egf_canaries(int n, uint32_t* const* zones, const size_t* counts, uint32_t canary,
+                            int* out) {
+  int k = 0;
+  for (int i = 0; i < n; ++i)
+    for (size_t j = 0; j < counts[i]; ++j)
+      if (zones[i][j] != canary) { out[k++] = i; break; }
+  return k;
+}
+"""
+
+
+@lru_cache(maxsize=1)
+def _scan() -> ctypes.CDLL:
+    lib = load_library("egf-scan", SCAN_SOURCE, {}, "egf-audit memory scan helper")
+    pointers = ctypes.POINTER(ctypes.c_void_p)
+    sizes = ctypes.POINTER(ctypes.c_size_t)
+    out = ctypes.POINTER(ctypes.c_int)
+    lib.egf_changed.argtypes = [ctypes.c_int, pointers, pointers, sizes, out]
+    lib.egf_canaries.argtypes = [ctypes.c_int, pointers, sizes, ctypes.c_uint32, out]
+    return lib
+
+
+class _Table:
+    """Pointer and size arrays for one C scan call, built once per set of buffers."""
+
+    def __init__(self, columns: Sequence[Sequence[int]], sizes: Sequence[int]):
+        n = len(sizes)
+        self.n = n
+        self.columns = [(ctypes.c_void_p * n)(*c) for c in columns]
+        self.sizes = (ctypes.c_size_t * n)(*sizes)
+        self.out = (ctypes.c_int * max(n, 1))()
+
+
+class CanaryScan:
+    """Every canary zone of a set of buffers, checked in one C call."""
+
+    def __init__(self, buffers: Sequence[GuardedBuffer]):
+        self.buffers = list(buffers)
+        zones = [b.canaries for b in self.buffers]
+        self._table = _Table([[z.ctypes.data for z in zones]], [z.size for z in zones])
+
+    def breached(self) -> list[tuple[int, int, int]]:
+        """(index in `buffers`, distance from the buffer of the nearest changed canary, how many
+        changed) for every zone found changed; each is restored."""
+        t = self._table
+        k = _scan().egf_canaries(t.n, t.columns[0], t.sizes, CANARY_BITS, t.out)
+        found = []
+        for i in t.out[:k]:
+            zone = self.buffers[i].canaries
+            where = np.flatnonzero(zone != CANARY_BITS)
+            zone[:] = CANARY_BITS
+            found.append((i, int(zone.size - where[-1]), int(where.size)))
+        return found
+
+
+class Watcher:
+    """Shadow copies of a set of buffers, and the buffers that changed since the last look."""
+
+    def __init__(self, buffers: Sequence[GuardedBuffer]):
+        self.live = [b.data for b in buffers]
+        self.shadows = [d.copy() for d in self.live]
+        self._table = _Table(
+            [[d.ctypes.data for d in self.live], [s.ctypes.data for s in self.shadows]],
+            [d.nbytes for d in self.live],
+        )
+
+    def changed(self) -> list[int]:
+        """Indices of the buffers whose bytes differ from their shadow (shadows unchanged)."""
+        t = self._table
+        k = _scan().egf_changed(t.n, t.columns[0], t.columns[1], t.sizes, t.out)
+        return list(t.out[:k])

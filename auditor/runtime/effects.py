@@ -1,0 +1,109 @@
+"""What a launch was observed to do to memory, as opposed to what the kernel table declares.
+
+The recorder watches every executed launch: the backend reports guard zones found overwritten
+(canaries around every allocation), the recorder compares every buffer with its state before
+the launch outside the launch's declared write regions, and a launch that crashed, exited or hung
+the process that ran it is recorded with what happened. EGF013 reads these records; nothing here
+decides a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# The bit pattern every guard zone holds: a signalling NaN no kernel of the pipeline writes.
+CANARY_BITS = 0x7FA5A5A5
+GUARD_ELEMENTS = 64  # elements of canary on each side of a buffer (the CPU adds guard pages)
+
+
+class LaunchFailed(RuntimeError):
+    """The process running a launch died, exited or timed out; `what` says which, in words."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+@dataclass(frozen=True)
+class GuardBreach:
+    """A guard zone of an allocation found overwritten after a launch."""
+
+    buffer: str
+    side: str  # "before" or "after" the buffer
+    distance: int  # elements from the buffer's edge to the first changed canary (1 = adjacent)
+    count: int  # canaries changed
+
+
+@dataclass(frozen=True)
+class StrayWrite:
+    """Elements of a buffer that changed outside every region the launch declared it writes."""
+
+    buffer: str
+    element: int  # first changed element (offset inside the buffer)
+    tensor: str | None  # the named tensor holding it
+    count: int  # elements changed outside the declared regions
+    old_bits: int  # uint32 bits before and after, of the first one
+    new_bits: int
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What one executed launch was seen to do. Empty tuples and no failure: contained."""
+
+    stray_writes: tuple[StrayWrite, ...] = ()
+    guard_breaches: tuple[GuardBreach, ...] = ()
+    failure: str | None = None  # "crashed with SIGSEGV", "exited with status 0", ...
+    not_run: str | None = None  # why a launch was skipped (its kernel failed before)
+
+    @property
+    def contained(self) -> bool:
+        return not (self.stray_writes or self.guard_breaches or self.failure or self.not_run)
+
+
+CONTAINED = Effects()
+
+
+def changed_outside(
+    xp: Any, live: Any, shadow: Any, exempt: tuple[tuple[int, int, int, int], ...]
+) -> tuple[int, int, int, int] | None:
+    """Compare `live` with `shadow` bitwise, then bring `shadow` up to date. Changes inside the
+    `exempt` boxes (offset, rows, width, row stride) are allowed; for the others return
+    (first index, count, old bits, new bits), else None. `xp` is numpy or cupy."""
+    live_bits, shadow_bits = live.view(xp.uint32), shadow.view(xp.uint32)
+    changed = live_bits != shadow_bits
+    if not bool(changed.any()):
+        return None
+    for box in exempt:
+        _clear_box(changed, box)
+    found = None
+    if bool(changed.any()):
+        where = xp.flatnonzero(changed)
+        first = int(where[0])
+        found = (first, int(where.size), int(shadow_bits[first]), int(live_bits[first]))
+    shadow[...] = live
+    return found
+
+
+def _clear_box(flags: Any, box: tuple[int, int, int, int]) -> None:
+    """flags[offset + r * ld + c] = False for r < rows, c < width, clipped to the array."""
+    offset, rows, width, ld = box
+    size = flags.shape[0]
+    if rows <= 0 or width <= 0 or offset >= size:
+        return
+    if rows == 1 or ld == width or ld <= 0:
+        rows = 1 if ld <= 0 else rows
+        flags[max(offset, 0) : min(offset + (rows - 1) * ld + width, size)] = False
+        return
+    full = min(rows, max(0, (size - offset) // ld))  # rows whose whole stride lies inside
+    if full and offset >= 0:
+        flags[offset : offset + full * ld].reshape(full, ld)[:, : min(width, ld)] = False
+    for r in range(full, rows):
+        start = offset + r * ld
+        flags[max(start, 0) : min(start + width, size)] = False
+
+
+def canary_block(count: int, dtype: Any = np.uint32) -> np.ndarray:
+    return np.full(count, CANARY_BITS, dtype)

