@@ -82,6 +82,12 @@ def check(run: AuditRun, mode: str) -> Verdict:
             findings=findings[:MAX_LISTED],
             findings_total=len(findings),
         )
+    if not observed and not unobserved:
+        return failed(
+            f"no launch to observe in the {len(traces)} traces of mode {mode}: the launches are "
+            "missing",
+            traces=len(traces),
+        )
     if unobserved:
         return failed(
             f"{len(unobserved)} executed launches carry no observation of their effects, "
@@ -140,4 +146,5 @@ INVARIANT = Invariant(
         "recorded as crashed with SIGSEGV, naming the scenario, the launch and the kernel."
     ),
     check=check,
+    reads=("launches",),
 )
