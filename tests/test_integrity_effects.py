@@ -1,0 +1,170 @@
+"""Kernels that crash, exit, hang or write where they do not declare (issue 11, Deliver 1 and 2):
+each is a verdict of EGF013 in a written document and exit 1, never a dead or green gate.
+
+The variants under kernel_variants/effects/ replace one kernel each through `--kernels DIR` on
+the CPU backend (a forked worker runs the kernels on guarded shared memory). Each audit runs one
+mode and one step: the first misbehaving launch is in the first scenario.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from egf_audit.cli.app import app
+from egf_audit.runtime.effects import changed_outside
+
+VARIANTS = Path(__file__).parent / "kernel_variants"
+TERMINAL = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"}
+
+
+@dataclass(frozen=True)
+class Misbehaving:
+    name: str  # file stem under kernel_variants/effects/ (or <kernel>/<stem> for a reused one)
+    kernel: str  # the kernel it replaces
+    problem: str  # words the EGF013 verdict must carry
+    label: str  # the launch it names
+
+    @property
+    def source(self) -> Path:
+        if "/" in self.name:
+            return VARIANTS / f"{self.name}.cu"
+        return VARIANTS / "effects" / f"{self.name}.cu"
+
+
+SCALE_AT_CQL = "sp14_scale_wire_col@cql"
+CASES = (
+    Misbehaving("crash_null_write", "sp14_scale_wire_col", "crashed with SIGSEGV", SCALE_AT_CQL),
+    Misbehaving("exit_zero", "polyak_ema", "exited with status 0", "polyak_ema"),
+    Misbehaving(
+        "abort",
+        "accumulate_d_h_s2_from_concat",
+        "crashed with SIGABRT",
+        "accumulate_d_h_s2_from_concat[d=0]@cql",
+    ),
+    Misbehaving(
+        "hang",
+        "sp14_dir_concat_qaux",
+        "did not return within 1 s",
+        "forward_dir_concat_qaux@online",
+    ),
+    # the read past the end of the buffer lands in the guard page behind it
+    Misbehaving(
+        "oob_read_before_bound_check", "sp14_scale_wire_col", "crashed with SIGSEGV", SCALE_AT_CQL
+    ),
+    # `b > rows`: the write one row past the buffer lands in the guard page
+    Misbehaving(
+        "oob_write_off_by_one_bound", "sp14_scale_wire_col", "crashed with SIGSEGV", SCALE_AT_CQL
+    ),
+    Misbehaving(
+        "oob_write_before_buffer",
+        "sp14_scale_wire_col",
+        "overwrote the guard zone 1 elements before sp14_d_dir_qaux_concat",
+        SCALE_AT_CQL,
+    ),
+    Misbehaving(
+        "sp14_scale_wire_col/bad_whole_row",
+        "sp14_scale_wire_col",
+        "wrote sp14_d_dir_qaux_concat[0] (sp14_d_dir_qaux_concat) outside its declared write "
+        "region",
+        SCALE_AT_CQL,
+    ),
+    Misbehaving(
+        "neighbour_tensor_write",
+        "sn_scale",
+        "(b_b0fc) outside its declared write region",
+        "spectral_norm:project",
+    ),
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        if not os.environ.get("EGF_AUDIT_CACHE"):
+            mp.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
+        yield
+
+
+def audit_with(case: Misbehaving, tmp_path: Path, *extra: str):
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    shutil.copyfile(case.source, folder / f"{case.kernel}_kernel.cu")
+    out = tmp_path / "audit.md"
+    args = ["run", "--device", "cpu", "--mode", "sentinel", "--steps", "1"]
+    args += ["--kernels", str(folder), "--out", str(out), "--launch-timeout", "1", *extra]
+    return CliRunner().invoke(app, args, env=TERMINAL), out
+
+
+def verdict_row(document: Path) -> str:
+    """EGF013's row of the document's invariant table (the first table that names it)."""
+    rows = [ln for ln in document.read_text().splitlines() if ln.startswith("| EGF013 |")]
+    assert rows, "the document has no EGF013 row"
+    return rows[0]
+
+
+def test_every_effects_variant_is_in_the_table():
+    listed = {c.source for c in CASES if "/" not in c.name}
+    assert listed == set((VARIANTS / "effects").glob("*.cu"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_misbehaving_kernel_is_an_egf013_verdict_in_the_document(case, tmp_path):
+    result, out = audit_with(case, tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    verdict = [ln for ln in result.stdout.splitlines() if ln.startswith("FAIL:")]
+    assert verdict and "EGF013[sentinel]" in verdict[0], result.stdout
+    row = verdict_row(out)
+    # the scenario, the launch (index and call site), the kernel, and what it did
+    match = re.search(r"❌ fail \| sentinel launch #\d+ (\S+) \[(\w+)\]: ([^|]*)", row)
+    assert match, row
+    assert match.group(1) == case.label
+    assert match.group(2) == case.kernel
+    assert case.problem in match.group(3)
+
+
+def test_clean_kernels_keep_egf013_passing_and_stdout_clean(tmp_path):
+    """A correct kernel from a --kernels folder: every launch observed and contained."""
+    ok = Misbehaving("sp14_scale_wire_col/ok_grid_stride_if_else", "sp14_scale_wire_col", "", "")
+    result, out = audit_with(ok, tmp_path)
+    assert result.exit_code == 0, result.output
+    row = verdict_row(out)
+    assert re.search(r"\d+ launches in \d+ traces observed: every change inside", row), row
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan"])
+def test_launch_timeout_must_be_positive(seconds, tmp_path):
+    result = CliRunner().invoke(
+        app, ["run", "--device", "cpu", "--launch-timeout", seconds, "--out", str(tmp_path / "a")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--launch-timeout" in result.stderr
+    assert not (tmp_path / "a").exists()
+
+
+# ---- the comparison behind stray writes ----
+def test_changes_inside_exempt_boxes_are_allowed_and_others_reported():
+    shadow = np.zeros(20, np.float32)
+    live = shadow.copy()
+    live[[2, 3, 7, 8, 12, 13]] = 1.0  # a [3, 2] box at offset 2 with row stride 5
+    live[19] = -0.0  # bits differ from +0.0: a change
+    found = changed_outside(np, live, shadow, ((2, 3, 2, 5),))
+    assert found == (19, 1, 0x00000000, 0x80000000)
+    assert shadow.tobytes() == live.tobytes()  # the shadow is brought up to date
+    assert changed_outside(np, live, shadow, ()) is None
+
+
+def test_a_box_whose_last_row_is_short_is_clipped_to_the_buffer():
+    shadow = np.zeros(10, np.float32)
+    live = shadow.copy()
+    live[[3, 4, 8, 9]] = 2.0  # a [2, 2] box at offset 3, stride 5: its last stride is cut short
+    live[5] = 2.0
+    assert changed_outside(np, live, shadow, ((3, 2, 2, 5),)) == (5, 1, 0, 0x40000000)
