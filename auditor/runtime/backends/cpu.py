@@ -28,6 +28,7 @@ from egf_audit.runtime.backends.cpu_worker import (
     DEFAULT_LAUNCH_TIMEOUT_S,
     KernelWorker,
     argument_format,
+    reap_stopped,
 )
 from egf_audit.runtime.effects import changed_outside
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
@@ -156,7 +157,8 @@ class CpuBackend:
         """Run in the worker; LaunchFailed when it crashed, exited or timed out."""
         worker = self._worker
         if worker is None or not worker.alive or self._worker_mapped != self._mapped:
-            self.close()
+            if worker is not None:
+                worker.stop()
             worker = self._worker = KernelWorker(
                 self._functions, self._formats, self.launch_timeout_s
             )
@@ -164,10 +166,11 @@ class CpuBackend:
         worker.run(self._index[spec.name], blocks, threads, args)
 
     def close(self) -> None:
-        """Stop the worker (a later launch starts a new one)."""
+        """Stop the worker and wait for it (a later launch starts a new one)."""
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
+        reap_stopped(block=True)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit os may be half torn down

@@ -119,6 +119,7 @@ class KernelWorker:
         ready, _, _ = select.select([self._receive], [], [], self.timeout_s)
         if not ready:
             self.stop()
+            reap_stopped(block=True)
             raise LaunchFailed(
                 f"did not return within {self.timeout_s:g} s (the worker was killed)"
             )
@@ -142,9 +143,26 @@ class KernelWorker:
         return self.pid != 0
 
     def stop(self) -> None:
+        """Kill the worker; it is reaped later (`reap_stopped`): waiting for a big process to
+        tear down costs more than forking the next one."""
         if self.pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            _STOPPED.append(self.pid)
             self.pid = 0
         self._close_pipes()
+        reap_stopped()
+
+
+_STOPPED: list[int] = []  # killed workers not yet reaped
+
+
+def reap_stopped(block: bool = False) -> None:
+    """Collect killed workers that have ended (all of them, waiting, when `block`)."""
+    for pid in list(_STOPPED):
+        try:
+            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            _STOPPED.remove(pid)

@@ -110,12 +110,12 @@ extern "C" int egf_changed(int n, void* const* live, void* const* shadow, const 
     if (std::memcmp(live[i], shadow[i], nbytes[i]) != 0) out[k++] = i;
   return k;
 }
-extern "C" int egf_canaries(int n, uint32_t* const* zones, const size_t* counts, uint32_t canary,
+// `reference` holds canaries, at least as many as the largest zone
+extern "C" int egf_canaries(int n, void* const* zones, const size_t* nbytes, const void* reference,
                             int* out) {
   int k = 0;
   for (int i = 0; i < n; ++i)
-    for (size_t j = 0; j < counts[i]; ++j)
-      if (zones[i][j] != canary) { out[k++] = i; break; }
+    if (std::memcmp(zones[i], reference, nbytes[i]) != 0) out[k++] = i;
   return k;
 }
 """
@@ -128,7 +128,7 @@ def _scan() -> ctypes.CDLL:
     sizes = ctypes.POINTER(ctypes.c_size_t)
     out = ctypes.POINTER(ctypes.c_int)
     lib.egf_changed.argtypes = [ctypes.c_int, pointers, pointers, sizes, out]
-    lib.egf_canaries.argtypes = [ctypes.c_int, pointers, sizes, ctypes.c_uint32, out]
+    lib.egf_canaries.argtypes = [ctypes.c_int, pointers, sizes, ctypes.c_void_p, out]
     return lib
 
 
@@ -149,13 +149,14 @@ class CanaryScan:
     def __init__(self, buffers: Sequence[GuardedBuffer]):
         self.buffers = list(buffers)
         zones = [b.canaries for b in self.buffers]
-        self._table = _Table([[z.ctypes.data for z in zones]], [z.size for z in zones])
+        self._table = _Table([[z.ctypes.data for z in zones]], [z.nbytes for z in zones])
+        self._reference = np.full(max((z.size for z in zones), default=1), CANARY_BITS, np.uint32)
 
     def breached(self) -> list[tuple[int, int, int]]:
         """(index in `buffers`, distance from the buffer of the nearest changed canary, how many
         changed) for every zone found changed; each is restored."""
         t = self._table
-        k = _scan().egf_canaries(t.n, t.columns[0], t.sizes, CANARY_BITS, t.out)
+        k = _scan().egf_canaries(t.n, t.columns[0], t.sizes, self._reference.ctypes.data, t.out)
         found = []
         for i in t.out[:k]:
             zone = self.buffers[i].canaries
