@@ -74,6 +74,13 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 continue
             if x.kind == "sgemm":
                 sgemm_count += 1
+                if x.refused:  # arguments cuBLAS refuses: nothing ran
+                    bad_gemms.append(
+                        _launch_facts(trace, x)
+                        | {"operand": "arguments", "problem": x.refused}
+                        | {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
+                    )
+                    continue
                 for b in x.bindings:
                     problem = _extent_problem(b)
                     if problem is not None:
@@ -137,7 +144,9 @@ INVARIANT = Invariant(
         "row-major box per operand and resolves the pointer to (buffer, tensor). The check "
         "compares box offset, rows, width and row stride with the tensor's (offset, rows, cols), "
         "and every launch's declared regions with its buffer sizes. The legacy wrapper is judged "
-        "by EGF011, not here: only production and replay traces are read."
+        "by EGF011, not here: only production and replay traces are read. A kernel's regions "
+        "come from the kernel table; that the kernel really writes nowhere else, and reads "
+        "nothing just past its buffers, is observed on every launch and decided by EGF013."
     ),
     catches=(
         "The historical K mismatches (forward, dW and dX SGEMMs of the direction branch keeping "

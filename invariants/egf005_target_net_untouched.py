@@ -235,7 +235,9 @@ INVARIANT = Invariant(
     ),
     how=(
         "Every binding that writes records its buffer, so the write set of each launch is "
-        "known. Snapshots of target_params at step_start, before_polyak and step_end, and of "
+        "known; that a launch writes nothing outside it (target_params included) is observed "
+        "by comparing every buffer before and after each launch (EGF013). Snapshots of "
+        "target_params at step_start, before_polyak and step_end, and of "
         "params at before_polyak, give the Polyak update recomputed in float64; the error is "
         "counted in fp32 ulps of |tau * params| + |(1 - tau) * target|, the size the kernel "
         "rounds at, so a parameter crossing zero (the terms cancel) is not a false failure. "

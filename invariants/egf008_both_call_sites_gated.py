@@ -145,7 +145,9 @@ INVARIANT = Invariant(
         "first accumulate is the site's next `accumulate_d_h_s2_from_concat` reading it; "
         "between them there must be a `sp14_scale_wire_col` whose `dx_concat` binding is the "
         "region (`sp14_d_dir_qaux_concat`, offset SH2, B rows, width 1, ld SH2 + 1) and whose "
-        "`isv` binding is element 393 of `isv_signals`."
+        "`isv` binding is element 393 of `isv_signals`. These bindings are the kernel's "
+        "declared regions; that the scale writes nothing else (not the rest of the row, not "
+        "ISV) is observed on every launch and decided by EGF013."
     ),
     catches=(
         "A call site with no scale launch (only the main site gated, or neither), and a scale "

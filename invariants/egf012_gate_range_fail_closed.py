@@ -198,7 +198,9 @@ INVARIANT = Invariant(
         "checked finite and in [0, 1] (live, where a non-upload launch must write element 393 "
         "each step). Sentinel mode also walks every sentinel trace: any launch whose write "
         "region holds element 393 fails unless it is an `audit:*` upload or a "
-        "`replay:load_state:*` restore whose result reads +0.0. The `probe/gate` scenario runs "
+        "`replay:load_state:*` restore whose result reads +0.0; a write to element 393 that a "
+        "launch does not declare is seen by the before/after comparison of every buffer "
+        "(EGF013), so declared regions are all this walk needs. The `probe/gate` scenario runs "
         "the producer on crafted inputs (below chance, perfect, NaN, Inf, NaN previous gate)."
     ),
     catches=(

@@ -388,6 +388,19 @@ class CaptureRulesBackend:
     def synchronize(self):
         self.stream.synchronize()
 
+    # what a launch did: host reads of memory, so never during a capture
+    @property
+    def failed_kernels(self):
+        return self.inner.failed_kernels
+
+    def watch(self, ptrs):
+        self._no_host("watch")
+        return self.inner.watch(ptrs)
+
+    def guard_breaches(self):
+        self._no_host("guard check")
+        return self.inner.guard_breaches()
+
     def info(self):
         return {"backend": "cuda", "device": "capture-rules test backend"}
 

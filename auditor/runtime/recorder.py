@@ -18,6 +18,7 @@ import numpy as np
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
+from egf_audit.runtime import gemm_rules
 from egf_audit.runtime.backends.base import Backend, Watch
 from egf_audit.runtime.effects import (
     CONTAINED,
@@ -218,6 +219,23 @@ class Recorder:
             "C": c,
             "ldc": ldc,
         }
+        refusal = gemm_rules.invalid_value(transa, transb, m, n, k, lda, ldb, ldc)
+        if self.instrumented and refusal is not None:
+            # cuBLAS runs nothing: no operand is touched, and the launch says why
+            self.trace.launches.append(
+                Launch(
+                    len(self.trace.launches),
+                    self.step,
+                    "sgemm",
+                    "sgemm",
+                    label,
+                    args,
+                    (),
+                    executed=False,
+                    refused=refusal,
+                )
+            )
+            return
         if self.instrumented:
             c_access = "w" if beta == 0.0 else "rw"
             key = ("sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc, c_access)

@@ -83,6 +83,7 @@ class Launch:
     executed: bool = True  # False when the recorder refused an out-of-bounds launch
     # what the launch was observed to do (instrumented mode; None: not executed or not watched)
     effects: Effects | None = None
+    refused: str | None = None  # why the callee would refuse the arguments (cuBLAS's rules)
 
     @property
     def site(self) -> str | None:

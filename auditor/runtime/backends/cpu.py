@@ -31,6 +31,7 @@ from egf_audit.runtime.backends.cpu_worker import (
     reap_stopped,
 )
 from egf_audit.runtime.effects import changed_outside
+from egf_audit.runtime.gemm_rules import GemmRefused, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
@@ -141,10 +142,19 @@ class CpuBackend:
         self._view(ptr, (count,), (1,)).zero_()
 
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+        refusal = invalid_value(transa, transb, m, n, k, lda, ldb, ldc)
+        if refusal is not None:
+            raise GemmRefused(refusal)
+        out = self._view(c, (m, n), (1, ldc))
+        if alpha == 0.0:  # cuBLAS semantics: A and B are not read, C = beta * C
+            if beta == 0.0:
+                out.zero_()
+            elif beta != 1.0:
+                out.mul_(beta)
+            return
         # Column-major operands as strided views: op(A) is m x k, op(B) is k x n, C is m x n.
         op_a = self._view(a, (m, k), (1, lda) if transa == "N" else (lda, 1))
         op_b = self._view(b, (k, n), (1, ldb) if transb == "N" else (ldb, 1))
-        out = self._view(c, (m, n), (1, ldc))
         product = torch.mm(op_a, op_b)
         if alpha != 1.0:
             product = product * alpha
