@@ -10,6 +10,7 @@ file is rebuilt (and stderr says so), never loaded. The cache folder is `$EGF_AU
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -40,11 +42,25 @@ def cache_dir() -> Path:
     return Path(root) / "cpu-kernels"
 
 
+STALE_BUILD_S = 3600  # a build folder this old belongs to a run that was killed
+
+
+def _sweep_stale_builds(folder: Path) -> None:
+    """Remove build folders left by a run killed mid-compile (SIGKILL skips every cleanup);
+    a concurrent run's fresh folder is left alone."""
+    now = time.time()
+    for stale in folder.glob(".build-*"):
+        with contextlib.suppress(OSError):
+            if now - stale.stat().st_mtime > STALE_BUILD_S:
+                shutil.rmtree(stale, ignore_errors=True)
+
+
 def _usable_cache(folder: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
             pass  # the folder takes a new file: builds can be written there
+        _sweep_stale_builds(folder)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise AuditEnvironmentError(
