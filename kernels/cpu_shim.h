@@ -3,6 +3,9 @@
 // kernel once per (block, thread) of the 1-D grid, in order.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <cstdio>   // printf: CUDA provides it in device code without an include
+#include <cstdlib>
 #include <cstring>
 #include <math.h>
 
@@ -35,8 +38,47 @@ inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
+// CUDA's floating-point min/max are fminf/fmaxf (a NaN operand gives the other one)
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+inline unsigned int umin(unsigned int a, unsigned int b) { return a < b ? a : b; }
+inline unsigned int umax(unsigned int a, unsigned int b) { return a > b ? a : b; }
+inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+// Conversions with CUDA's rounding: rn to nearest even, rz toward zero, rd down, ru up.
+inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+inline int __float2int_rz(float x) { return (int)x; }
+inline int __float2int_rd(float x) { return (int)floorf(x); }
+inline int __float2int_ru(float x) { return (int)ceilf(x); }
+inline unsigned int __float2uint_rn(float x) { return (unsigned int)nearbyintf(x); }
+inline unsigned int __float2uint_rz(float x) { return (unsigned int)x; }
+inline long long __float2ll_rn(float x) { return (long long)nearbyintf(x); }
+inline long long __float2ll_rz(float x) { return (long long)x; }
+inline float __int2float_rn(int i) { return (float)i; }
+inline float __uint2float_rn(unsigned int i) { return (float)i; }
+inline unsigned int __float_as_uint(float f) { unsigned int i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __saturatef(float x) { return x != x ? 0.0f : fminf(fmaxf(x, 0.0f), 1.0f); }
+// Fast-math intrinsics: the CPU computes them exactly, which is within their CUDA error bounds.
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __exp10f(float x) { return exp10f(x); }
+inline float __powf(float a, float b) { return powf(a, b); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline float fdividef(float a, float b) { return a / b; }
+inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 // Threads run one after another, so an atomic add is a plain add: allowed only where a

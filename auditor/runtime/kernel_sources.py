@@ -5,6 +5,7 @@ source patches of kernel faults. Every source is checked before any backend comp
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -33,12 +34,37 @@ UNSUPPORTED = {
 }
 
 
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inc", ".inl")
+
+
+def headers_under(root: Path) -> tuple[tuple[str, str], ...]:
+    """Every header under a --kernels folder, read once: what the CPU build compiles (from a
+    copy) and hashes into its cache key, so an edited header rebuilds the kernel."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix in HEADER_SUFFIXES and path.is_file():
+            try:
+                found.append((path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise AuditEnvironmentError(f"{path}: cannot be read: {exc}") from None
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class KernelSource:
     spec: KernelSpec
     text: str
     origin: str  # "bundled", "kernels-dir" or "fault:<name>"
     path: str  # shown in the document: "kernels/<file>" or the file's path under DIR
+    include_dir: str | None = None  # searched for `#include "..."` (a --kernels DIR), as nvcc -I
+    # every header under include_dir when the source was read: (relative path, text)
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def code(self) -> str:
+        """The text as a compiler is handed it: no byte-order mark (nvcc and g++ skip one at the
+        start of a file, but the backends put a `#line` directive before the text)."""
+        return self.text.removeprefix("\ufeff")
 
     @property
     def sha256(self) -> str:
@@ -145,7 +171,7 @@ class KernelSet:
                         f"fault {fault} cannot be applied to {s.path}: "
                         "the code it edits is not there"
                     )
-                s = KernelSource(s.spec, s.text.replace(old, new), f"fault:{fault}", s.path)
+                s = dataclasses.replace(s, text=s.text.replace(old, new), origin=f"fault:{fault}")
             out.append(s)
         return KernelSet(tuple(out), self.ignored)
 
@@ -168,15 +194,17 @@ def load_kernel_set(kernels_dir: str | Path | None = None) -> KernelSet:
                 f"--kernels {root}: holds no known kernel file (expected names like "
                 f"{KERNELS[0].file}; see kernels/README.md)"
             )
+    headers = headers_under(Path(kernels_dir)) if replaced else ()
     sources = []
     for spec in KERNELS:
         if spec.file in replaced:
             path = replaced[spec.file]
             try:
-                text = path.read_text(encoding="utf-8")
+                # bytes as written (BOM, CRLF): the document's sha256 is the file's own
+                text = path.read_bytes().decode("utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise AuditEnvironmentError(f"{path}: cannot be read: {exc}") from None
-            src = KernelSource(spec, text, "kernels-dir", str(path))
+            src = KernelSource(spec, text, "kernels-dir", str(path), str(path.parent), headers)
         else:
             src = KernelSource(spec, bundled_source(spec.file), "bundled", f"kernels/{spec.file}")
         check_source(spec, src.text, src.path)

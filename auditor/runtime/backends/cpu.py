@@ -47,7 +47,7 @@ def launcher_source(source: KernelSource) -> str:
     names = ", ".join(n for n, _ in spec.params)
     return (
         f'#include "{SHIM_HEADER}"\n#include <type_traits>\n'
-        f'#line 1 "{source.path}"\n{source.text}\n'
+        f'#line 1 "{source.path}"\n{source.code}\n'
         f'#line 1 "egf-audit-launcher-{spec.name}.cpp"\n'
         f"static_assert(std::is_same<decltype(&{spec.name}), void (*)({types})>::value,\n"
         f'  "entry point {spec.name} must be: void {spec.name}({params})");\n'
@@ -62,7 +62,9 @@ def launcher_source(source: KernelSource) -> str:
 def compile_kernel(source: KernelSource) -> ctypes.CDLL:
     """The loaded shared library for one kernel source (built once per distinct source)."""
     shim = (bundled_dir() / SHIM_HEADER).read_text(encoding="utf-8")
-    return load_library(source.spec.name, launcher_source(source), {SHIM_HEADER: shim}, source.path)
+    # the headers are compiled from the copies read with the source, beside the unit
+    headers = {**dict(source.headers), SHIM_HEADER: shim}  # the shim wins over a namesake
+    return load_library(source.spec.name, launcher_source(source), headers, source.path)
 
 
 class CpuBackend:

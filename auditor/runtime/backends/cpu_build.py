@@ -140,10 +140,9 @@ def build_library(
     unit: str,
     headers: dict[str, str],
     display: str,
-    include_dirs: tuple[Path, ...] = (),
 ) -> Path:
     """The shared library for one translation unit, from the cache when an intact build of the
-    same key is there, else compiled (headers written beside the unit; include_dirs searched)."""
+    same key is there, else compiled (headers written beside the unit, relative paths kept)."""
     cxx = compiler()
     parts = [unit, compiler_id(tuple(cxx)), " ".join(CXX_FLAGS)]
     parts += [f"{n}\0{t}" for n, t in sorted(headers.items())]
@@ -159,11 +158,11 @@ def build_library(
             cpp = Path(tmp) / "unit.cpp"
             cpp.write_text(unit, encoding="utf-8")
             for header, text in headers.items():
+                (Path(tmp) / header).parent.mkdir(parents=True, exist_ok=True)
                 (Path(tmp) / header).write_text(text, encoding="utf-8")
             built = Path(tmp) / "lib.so"
-            includes = [f"-I{d}" for d in include_dirs]
             proc = subprocess.run(
-                [*cxx, *CXX_FLAGS, *includes, "-o", str(built), str(cpp)],
+                [*cxx, *CXX_FLAGS, "-o", str(built), str(cpp)],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -193,17 +192,16 @@ def load_library(
     unit: str,
     headers: dict[str, str],
     display: str,
-    include_dirs: tuple[Path, ...] = (),
 ) -> ctypes.CDLL:
     """`build_library`, loaded; a cached build the loader refuses is rebuilt once."""
-    lib = build_library(name, unit, headers, display, include_dirs)
+    lib = build_library(name, unit, headers, display)
     try:
         return ctypes.CDLL(str(lib))
     except OSError as exc:
         say(f"cached build {lib} cannot be loaded ({exc}): rebuilding it")
     for stale in (lib, Path(f"{lib}.sha256")):
         stale.unlink(missing_ok=True)
-    lib = build_library(name, unit, headers, display, include_dirs)
+    lib = build_library(name, unit, headers, display)
     try:
         return ctypes.CDLL(str(lib))
     except OSError as exc:

@@ -52,14 +52,16 @@ def _libcublas() -> ctypes.CDLL:
 
 
 @cache
-def _module(path: str, text: str) -> cupy.RawModule:
-    """One memoized RawModule per distinct source (the cache key is the text itself)."""
-    return cupy.RawModule(code=f'#line 1 "{path}"\n{text}', options=NVRTC_OPTIONS)
+def _module(path: str, text: str, include_dir: str | None) -> cupy.RawModule:
+    """One memoized RawModule per distinct source (the cache key is the text itself; headers
+    under include_dir are NVRTC's to read, as nvcc -I reads them)."""
+    options = NVRTC_OPTIONS + ((f"-I{include_dir}",) if include_dir else ())
+    return cupy.RawModule(code=f'#line 1 "{path}"\n{text}', options=options)
 
 
 def load_function(source: KernelSource) -> Any:
     try:
-        module = _module(source.path, source.text)
+        module = _module(source.path, source.code, source.include_dir)
         return module.get_function(source.spec.name)
     except cupy.cuda.compiler.CompileException as exc:
         raise AuditEnvironmentError(
