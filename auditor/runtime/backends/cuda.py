@@ -17,6 +17,7 @@ from cupy_backends.cuda.libs import cublas
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KernelSpec
+from egf_audit.runtime.backends.cuda_guard import CudaWatch, ZoneScan, guarded_zeros
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
@@ -86,6 +87,9 @@ class CudaBackend:
 
     def __init__(self, kernel_set: KernelSet):
         self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
+        self._wholes: dict[int, cupy.ndarray] = {}  # each buffer with its guard zones (uint32)
+        self._zones: ZoneScan | None = None  # rebuilt when the allocations change
+        self.failed_kernels: dict[str, str] = {}
         self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
         self._workspace: cupy.ndarray | None = None  # set by prepare_capture()
         self._raw_sgemm: Any = None
@@ -99,6 +103,7 @@ class CudaBackend:
     def use_stream(self, stream: cupy.cuda.Stream) -> None:
         """Run every later launch on `stream` (CUDA-graph capture needs a non-default one)."""
         self.stream = stream
+        self._zones = None  # the zone scan runs on the pipeline's stream
         cublas.setStream(self.handle, stream.ptr)
         if self._workspace is not None:  # cublasSetStream drops a user workspace: set it again
             self._set_workspace()
@@ -140,13 +145,20 @@ class CudaBackend:
 
     # ---- memory ----
     def alloc(self, spec: BufferSpec) -> int:
-        array = cupy.zeros(spec.size, dtype=_DTYPES[spec.dtype])
+        """A zero-filled buffer between two guard zones of canaries (cuda_guard.py)."""
+        with self.stream:
+            whole, array = guarded_zeros(spec.size, _DTYPES[spec.dtype])
+        self.synchronize()
         self._buffers[array.data.ptr] = array
+        self._wholes[array.data.ptr] = whole
+        self._zones = None
         return array.data.ptr
 
     def free(self, ptr: int) -> None:
         self.synchronize()
         del self._buffers[ptr]
+        del self._wholes[ptr]
+        self._zones = None
 
     def read(self, ptr: int) -> np.ndarray:
         self.synchronize()
@@ -228,6 +240,19 @@ class CudaBackend:
 
     def synchronize(self) -> None:
         self.stream.synchronize()
+
+    # ---- what a launch did ----
+    def guard_breaches(self) -> list[tuple[int, str, int, int]]:
+        if self._zones is None:
+            self._zones = ZoneScan(list(self._wholes.values()), self.stream)
+        bases = list(self._wholes)
+        return [(bases[i], side, d, n) for i, side, d, n in self._zones.breached()]
+
+    def watch(self, ptrs: Sequence[int]) -> CudaWatch:
+        return CudaWatch(ptrs, [self._buffers[p] for p in ptrs], self.stream)
+
+    def close(self) -> None:
+        pass  # nothing beyond the buffers; a launch cannot hang the host here
 
     def info(self) -> dict[str, str]:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
