@@ -9,6 +9,8 @@ the trace shows the refusal cuBLAS would give.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 INVALID_VALUE = "CUBLAS_STATUS_INVALID_VALUE"
 OPS = ("N", "T")
 
@@ -17,6 +19,7 @@ class GemmRefused(ValueError):
     """An SGEMM cuBLAS would refuse (plain mode, where nothing records it)."""
 
 
+@lru_cache(maxsize=4096)  # every step repeats the same few dozen calls
 def invalid_value(
     transa: str, transb: str, m: int, n: int, k: int, lda: int, ldb: int, ldc: int
 ) -> str | None:

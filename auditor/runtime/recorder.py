@@ -70,7 +70,7 @@ class Recorder:
         # every buffer as it was after the last launch (made at the first watched launch)
         self._watch: Watch | None = None
         self._buffer_at: dict[int, str] = {}  # buffer name by base pointer
-        self._exempt: dict[tuple[Binding, ...], dict[int, tuple]] = {}
+        self._exempt: dict[tuple[int, ...], dict[int, tuple]] = {}
 
     # ---- binding ----
     def _bind(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
@@ -163,14 +163,15 @@ class Recorder:
         return self._buffer_at
 
     def _stray_writes(self, bindings: tuple[Binding, ...]) -> tuple[StrayWrite, ...]:
-        exempt = self._exempt.get(bindings)
+        key = tuple(map(id, bindings))  # bindings are memoised: their identity is stable
+        exempt = self._exempt.get(key)
         if exempt is None:
             exempt = {}
             for b in bindings:
                 if b.writes and b.region is not None:
                     r, base = b.region, self.amap.bases[b.region.buffer]
                     exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
-            self._exempt[bindings] = exempt
+            self._exempt[key] = exempt
         names = self._names()
         found = []
         for base, first, count, old, new in self._watch.changes(exempt):

@@ -78,6 +78,10 @@ class CpuBackend:
         self._guarded: dict[int, guarded_memory.GuardedBuffer] = {}
         self._bases: list[int] = []
         self._index: dict[str, int] = {}
+        # Kernels egf-audit does not ship (a --kernels source, a fault's patch) run in the
+        # worker; the bundled ones are egf-audit's own, proved by every clean audit, and run
+        # in-process: a round trip per launch would double the cost of every audit.
+        self._isolated: set[str] = set()
         functions, formats = [], []
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             libs = list(pool.map(compile_kernel, kernel_set.sources))
@@ -88,6 +92,8 @@ class CpuBackend:
                 ctypes.c_void_p if t.endswith("*") else _CTYPES[t] for _, t in source.spec.params
             ]
             self._index[source.spec.name] = len(functions)
+            if source.origin != "bundled":
+                self._isolated.add(source.spec.name)
             functions.append(fn)
             formats.append(argument_format([t for _, t in source.spec.params]))
         self._functions, self._formats = tuple(functions), tuple(formats)
@@ -97,15 +103,18 @@ class CpuBackend:
         self._worker_mapped = -1
         self.failed_kernels: dict[str, str] = {}
         self._canaries: guarded_memory.CanaryScan | None = None
+        self._pool = guarded_memory.Pool()
 
     # ---- memory ----
     def alloc(self, spec: BufferSpec) -> int:
-        guarded = guarded_memory.allocate(spec.size, spec.dtype)
+        guarded = self._pool.take(spec.size, spec.dtype)
+        if guarded is None:
+            guarded = guarded_memory.allocate(spec.size, spec.dtype)
+            self._mapped += 1  # a new mapping: a worker forked before it lacks it
         base = guarded.base
         self._guarded[base] = guarded
         self._buffers[base] = torch.from_numpy(guarded.data)
         bisect.insort(self._bases, base)
-        self._mapped += 1
         self._canaries = None
         return base
 
@@ -113,7 +122,7 @@ class CpuBackend:
         del self._buffers[ptr]
         self._bases.remove(ptr)
         self._canaries = None
-        guarded_memory.release(self._guarded.pop(ptr))
+        self._pool.give(self._guarded.pop(ptr))
 
     def _locate(self, ptr: int) -> tuple[torch.Tensor, int]:
         i = bisect.bisect_right(self._bases, ptr) - 1
@@ -166,7 +175,11 @@ class CpuBackend:
             out.copy_(product + (out * beta if beta != 1.0 else out))
 
     def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
-        """Run in the worker; LaunchFailed when it crashed, exited or timed out."""
+        """An untrusted kernel runs in the worker (LaunchFailed when it crashed, exited or timed
+        out); a bundled one in-process."""
+        if spec.name not in self._isolated:
+            self._functions[self._index[spec.name]](blocks, threads, *args)
+            return
         worker = self._worker
         if worker is None or not worker.alive or self._worker_mapped != self._mapped:
             if worker is not None:

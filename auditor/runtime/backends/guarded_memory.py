@@ -97,6 +97,41 @@ def release(buffer: GuardedBuffer) -> None:
     _check(_libc.munmap(buffer.mapping, buffer.length), "munmap")
 
 
+class Pool:
+    """Freed buffers kept for the next allocation of the same size: every scenario allocates
+    the same ~100 buffers, and mapping each afresh costs more than the scenario's kernels. A
+    reused buffer is zero-filled and its canaries restored, as a new one would be."""
+
+    MAX_BYTES = 256 << 20
+
+    def __init__(self) -> None:
+        self._free: dict[tuple[int, str], list[GuardedBuffer]] = {}
+        self._order: list[tuple[int, str]] = []  # oldest first, for eviction
+        self._bytes = 0
+
+    def take(self, count: int, dtype: str) -> GuardedBuffer | None:
+        stack = self._free.get((count, dtype))
+        if not stack:
+            return None
+        buffer = stack.pop()
+        self._order.remove((count, dtype))
+        self._bytes -= buffer.length
+        buffer.data[...] = 0
+        buffer.canaries[:] = CANARY_BITS
+        return buffer
+
+    def give(self, buffer: GuardedBuffer) -> None:
+        key = (buffer.data.size, "i32" if buffer.data.dtype == np.int32 else "f32")
+        self._free.setdefault(key, []).append(buffer)
+        self._order.append(key)
+        self._bytes += buffer.length
+        while self._bytes > self.MAX_BYTES and self._order:
+            old = self._order.pop(0)
+            evicted = self._free[old].pop(0)
+            self._bytes -= evicted.length
+            release(evicted)
+
+
 # One C call per launch scans every buffer and every canary zone: done from Python, the ~100
 # buffers of a pipeline cost more per launch than the launch itself.
 SCAN_SOURCE = r"""
