@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from egf_audit import __version__, invariants
+from egf_audit.cli import sanitize
 from egf_audit.cli import witness as witness_run
 from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
-from egf_audit.cli.validate import check_device, check_steps, parse_modes
+from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.pipeline.config import Config, load_config
 from egf_audit.reports import github
@@ -63,6 +64,8 @@ class RunRequest:
     kernels_dir: Path | None = None
     cublas_log: bool = False  # the cuBLAS witness (CUDA only)
     output_format: str = "text"  # what stdout carries
+    launch_timeout_s: float | None = None  # the CPU worker's per-launch watchdog (None: default)
+    sanitize: bool = False  # the audit again under compute-sanitizer (CUDA only)
 
     def outputs(self) -> dict[str, Path | str | None]:
         """Every path the run writes (or, with --check, reads), by option."""
@@ -169,10 +172,12 @@ class _Timer:
             self.timings[name] = time.perf_counter() - start
 
 
-def pick_backend(device: str, kernels: KernelSet) -> tuple[Backend, str]:
+def pick_backend(
+    device: str, kernels: KernelSet, launch_timeout_s: float | None = None
+) -> tuple[Backend, str]:
     """The backend and how it was picked, said in words for the progress and the JSON."""
     try:
-        backend = select_backend(device, kernels)
+        backend = select_backend(device, kernels, launch_timeout_s)
     except AuditEnvironmentError as exc:
         if device == "cuda" and importlib.util.find_spec("cupy") is None:
             raise AuditEnvironmentError(f"{exc}; install CuPy: {CUPY_EXTRAS}") from None
@@ -213,6 +218,9 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     check_steps(req.steps)
     check_device(req.device)
     check_distinct(req.outputs())
+    check_launch_timeout(req.launch_timeout_s)
+    if req.sanitize:
+        sanitize.check_request(req.device)
     n_scenarios = sum(len(mode_scenarios(m)) for m in modes) + 2  # + wrapper and gate probes
     progress.plan(4 + n_scenarios + len(invariants.INVARIANTS) + 1)
     timer = _Timer()
@@ -224,7 +232,9 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir))
     witness_log = witness_run.start(req.device) if req.cublas_log else None
     progress.step(f"backend (--device {req.device}): compiling kernels")
-    backend, picked = timer("backend", lambda: pick_backend(req.device, kernels))
+    backend, picked = timer(
+        "backend", lambda: pick_backend(req.device, kernels, req.launch_timeout_s)
+    )
     progress.step(f"backend: {picked}")
     if witness_log is not None and backend.name != "cuda":
         raise AuditEnvironmentError("--cublas-log needs the CUDA backend, and none is usable here")
@@ -232,6 +242,12 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     run = timer("scenarios", lambda: auditor.run(modes))
     witness = witness_run.finish(witness_log, backend, run) if witness_log is not None else None
     results, seconds = timer("invariants", lambda: evaluate_all(run, progress))
+    environment: dict[str, Any] = {"device": backend.name, "backend": dict(backend.info())}
+    sanitizer_failures: list[str] = []
+    if req.sanitize:
+        progress.step("compute-sanitizer (memcheck, initcheck)")
+        found, sanitizer_failures = sanitize.sanitize(req, config, backend.name)
+        environment["compute_sanitizer"] = found
 
     progress.step("document")
     report = AuditReport(
@@ -243,7 +259,7 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
         kernels=_displayed(kernels, base),
         command=reproduce_command(req, config),
         version=__version__,
-        environment={"device": backend.name, "backend": dict(backend.info())},
+        environment=environment,
         run_info=run_info(backend, picked, timer.timings),
         run=run,
         witness=witness.as_dict() if witness is not None else None,
@@ -251,6 +267,9 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     document = render_document(report)
     gate = _gate(req, report, document, base)
     outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)
+    if sanitizer_failures:  # the findings are in the document; the gate fails on them
+        outcome.exit_code = 1
+        outcome.notes += sanitizer_failures
     outcome.typed_out = Path(req.out).as_posix()
     for name in kernels.ignored:
         outcome.notes.append(

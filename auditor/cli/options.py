@@ -89,6 +89,15 @@ OutputFormat = Annotated[
         metavar="text|json|junit|github",
     ),
 ]
+LaunchTimeout = Annotated[
+    float | None,
+    typer.Option(
+        "--launch-timeout",
+        help="CPU backend: seconds one launch of a kernel egf-audit does not ship may run before "
+        "its worker is killed and the launch fails EGF013 (default 120).",
+        metavar="SECONDS",
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(

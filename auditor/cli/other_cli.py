@@ -17,6 +17,7 @@ from egf_audit.cli.options import (
     JsonOut,
     JunitOut,
     KernelsDir,
+    LaunchTimeout,
     OutputFormat,
     Preset,
     Quiet,
@@ -54,6 +55,7 @@ def mutants(
     junit: JunitOut = None,
     output_format: OutputFormat = "text",
     kernels: KernelsDir = None,
+    launch_timeout: LaunchTimeout = None,
     quiet: Quiet = False,
     debug: Debug = False,
 ) -> None:
@@ -86,6 +88,7 @@ def mutants(
                 junit_out=junit,
                 output_format=output_format,
                 progress=progress,
+                launch_timeout_s=launch_timeout,
             )
     from egf_audit.cli.tables import kill_matrix
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from egf_audit import __version__, invariants
 from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
 from egf_audit.cli.progress import NullProgress, Progress
-from egf_audit.cli.validate import check_device, check_steps
+from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.pipeline.config import load_config
 from egf_audit.runtime.kernel_sources import load_kernel_set
@@ -95,12 +95,14 @@ def run_mutants(
     junit_out: Path | None = None,
     output_format: str = "text",
     progress: Progress | None = None,
+    launch_timeout_s: float | None = None,
 ) -> MutantsOutcome:
     """`egf-audit mutants`: the audit once per fault. Exit 1 when a fault survives or, when
     every fault ran, an invariant caught none."""
     progress = progress or NullProgress()
     check_device(device)
     check_steps(steps)
+    check_launch_timeout(launch_timeout_s)
     stdout_format = STDOUT if output_format in ("json", "junit") else None
     check_distinct(
         {
@@ -114,7 +116,13 @@ def run_mutants(
     kernels = load_kernel_set(kernels_dir)
     progress.plan(len(faults))
     result = mutants.run_mutants(
-        config, device, kernels, faults, steps=steps, progress=progress.step
+        config,
+        device,
+        kernels,
+        faults,
+        steps=steps,
+        progress=progress.step,
+        launch_timeout_s=launch_timeout_s,
     )
     all_faults = {f.name for f in faults} == {f.name for f in FAULTS}
     outcome = MutantsOutcome(result, all_faults, 0 if result.ok(all_faults) else 1)

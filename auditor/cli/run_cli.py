@@ -21,6 +21,7 @@ from egf_audit.cli.options import (
     JsonOut,
     JunitOut,
     KernelsDir,
+    LaunchTimeout,
     OutputFormat,
     Preset,
     Quiet,
@@ -87,6 +88,17 @@ def run(
             metavar="DIR",
         ),
     ] = None,
+    launch_timeout: LaunchTimeout = None,
+    sanitize: Annotated[
+        bool,
+        typer.Option(
+            "--sanitize",
+            help="Also run the audit again under compute-sanitizer (memcheck, initcheck; CUDA "
+            "only) and put its findings in the document; a memcheck error, or an initcheck "
+            "error in an audited kernel, fails the run.",
+            metavar="",
+        ),
+    ] = False,
     quiet: Quiet = False,
     debug: Debug = False,
 ) -> None:
@@ -124,6 +136,8 @@ def run(
             kernels_dir=kernels,
             cublas_log=cublas_log,
             output_format=output_format,
+            launch_timeout_s=launch_timeout,
+            sanitize=sanitize,
         )
         with progress_for(stderr, quiet) as progress:
             outcome = commands.run_audit(request, progress)
