@@ -168,3 +168,12 @@ def test_a_box_whose_last_row_is_short_is_clipped_to_the_buffer():
     live[[3, 4, 8, 9]] = 2.0  # a [2, 2] box at offset 3, stride 5: its last stride is cut short
     live[5] = 2.0
     assert changed_outside(np, live, shadow, ((3, 2, 2, 5),)) == (5, 1, 0, 0x40000000)
+
+
+def test_a_box_covering_the_whole_buffer_allows_every_change():
+    shadow = np.zeros(6, np.float32)
+    live = np.arange(6, dtype=np.float32)
+    assert changed_outside(np, live, shadow, ((0, 2, 3, 3),)) is None
+    assert shadow.tobytes() == live.tobytes()
+    live[5] = 9.0  # a [2, 2] box with stride 3 leaves column 2 outside
+    assert changed_outside(np, live, shadow, ((0, 2, 2, 3),)) == (5, 1, 0x40A00000, 0x41100000)
