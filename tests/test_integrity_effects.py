@@ -177,3 +177,36 @@ def test_a_box_covering_the_whole_buffer_allows_every_change():
     assert shadow.tobytes() == live.tobytes()
     live[5] = 9.0  # a [2, 2] box with stride 3 leaves column 2 outside
     assert changed_outside(np, live, shadow, ((0, 2, 2, 3),)) == (5, 1, 0x40A00000, 0x41100000)
+
+
+# ---- the same verdicts on a GPU (skipped where none is usable) ----
+# A kernel that faults leaves a CUDA context unusable, so only the variants that write where they
+# should not, without faulting, are repeated there; the out-of-bounds ones go to --sanitize.
+GPU_CASES = [c for c in CASES if "overwrote the guard zone" in c.problem or "outside" in c.problem]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
+def test_misbehaving_kernel_on_the_gpu(case, tmp_path):
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    shutil.copyfile(case.source, folder / f"{case.kernel}_kernel.cu")
+    out = tmp_path / "audit.md"
+    args = ["run", "--device", "cuda", "--mode", "sentinel", "--steps", "1"]
+    result = CliRunner().invoke(app, [*args, "--kernels", str(folder), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert case.problem in verdict_row(out)
+
+
+@pytest.mark.gpu
+def test_sanitize_names_an_out_of_bounds_write_on_the_gpu(tmp_path):
+    case = next(c for c in CASES if c.name == "oob_write_off_by_one_bound")
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    shutil.copyfile(case.source, folder / f"{case.kernel}_kernel.cu")
+    out = tmp_path / "audit.md"
+    args = ["run", "--device", "cuda", "--mode", "sentinel", "--steps", "1", "--sanitize"]
+    result = CliRunner().invoke(app, [*args, "--kernels", str(folder), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "compute-sanitizer memcheck: Invalid __global__ write" in result.stderr
+    assert "sp14_scale_wire_col" in out.read_text()
