@@ -25,6 +25,9 @@ TOOLS = ("memcheck", "initcheck")
 PRINT_LIMIT = 100  # errors printed per tool; the summary still counts them all
 MAX_LISTED = 10  # findings per tool kept for the document
 TIMEOUT_S = 3600  # instrumented launches run 10-100x slower
+# set in the child: no memory pool and no guard zones (runtime/backends/cuda_guard.py), so
+# memcheck sees each buffer's own bounds rather than a pool block's or a guard zone's
+SANITIZED_CHILD = "EGF_AUDIT_SANITIZED_CHILD"
 
 _PREFIX = "========= "
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s+(\d+)\s+errors?")
@@ -146,9 +149,10 @@ def parse(tool: str, output: str) -> ToolReport:
 
 def run_tool(exe: str, tool: str, child: list[str]) -> ToolReport:
     command = sanitizer_command(exe, tool, child)
+    env = {**os.environ, SANITIZED_CHILD: "1"}
     try:
         proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+            command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=env
         )
     except subprocess.TimeoutExpired:
         return ToolReport(tool, 0, [], f"did not finish within {TIMEOUT_S} s")

@@ -17,7 +17,8 @@ from cupy_backends.cuda.libs import cublas
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KernelSpec
-from egf_audit.runtime.backends.cuda_guard import CudaWatch, ZoneScan, guarded_zeros
+from egf_audit.runtime.backends.cuda_guard import GUARDED, CudaWatch, ZoneScan, guarded_zeros
+from egf_audit.runtime.effects import GUARD_ELEMENTS
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
@@ -86,6 +87,8 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self, kernel_set: KernelSet):
+        if not GUARDED:  # the sanitized child: memcheck must see every buffer's own bounds
+            cupy.cuda.set_allocator(None)
         self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
         self._wholes: dict[int, cupy.ndarray] = {}  # each buffer with its guard zones (uint32)
         self._zones: ZoneScan | None = None  # rebuilt when the allocations change
@@ -147,7 +150,9 @@ class CudaBackend:
     def alloc(self, spec: BufferSpec) -> int:
         """A zero-filled buffer between two guard zones of canaries (cuda_guard.py)."""
         with self.stream:
-            whole, array = guarded_zeros(spec.size, _DTYPES[spec.dtype])
+            whole, array = guarded_zeros(
+                spec.size, _DTYPES[spec.dtype], GUARD_ELEMENTS if GUARDED else 0
+            )
         self.synchronize()
         self._buffers[array.data.ptr] = array
         self._wholes[array.data.ptr] = whole

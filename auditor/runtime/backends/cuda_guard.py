@@ -9,6 +9,7 @@ buffers one by one would synchronise ~100 times per launch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -17,6 +18,7 @@ import cupy
 import numpy as np
 
 from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS, changed_outside
+from egf_audit.runtime.sanitizer import SANITIZED_CHILD
 
 _SCAN = r"""
 extern "C" __global__ void egf_zones_changed(const unsigned int* const* zones, int length,
@@ -37,6 +39,9 @@ extern "C" __global__ void egf_buffers_changed(const unsigned int* const* live,
 }
 """
 THREADS = 256
+# Under --sanitize the audit runs again as a child with SANITIZED_CHILD set: every buffer its
+# own cudaMalloc (no pool) and no guard zones, so memcheck sees each buffer's real bounds.
+GUARDED = not os.environ.get(SANITIZED_CHILD)
 COMPARE_BLOCKS = 64  # blocks per buffer in the comparison; each strides over the buffer
 
 
@@ -45,12 +50,14 @@ def _kernels() -> cupy.RawModule:
     return cupy.RawModule(code=_SCAN, options=("-std=c++17",))
 
 
-def guarded_zeros(size: int, dtype: Any) -> tuple[cupy.ndarray, cupy.ndarray]:
-    """(whole allocation as uint32, the buffer inside it): zero-filled between canary zones."""
-    whole = cupy.zeros(size + 2 * GUARD_ELEMENTS, dtype=np.uint32)
-    whole[:GUARD_ELEMENTS] = CANARY_BITS
-    whole[GUARD_ELEMENTS + size :] = CANARY_BITS
-    inner = whole[GUARD_ELEMENTS : GUARD_ELEMENTS + size].view(dtype)
+def guarded_zeros(size: int, dtype: Any, guard: int) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """(whole allocation as uint32, the buffer inside it): zero-filled between canary zones of
+    `guard` elements (0 under compute-sanitizer, which must see the buffer's own bounds)."""
+    whole = cupy.zeros(size + 2 * guard, dtype=np.uint32)
+    if guard:
+        whole[:guard] = CANARY_BITS
+        whole[guard + size :] = CANARY_BITS
+    inner = whole[guard : guard + size].view(dtype)
     return whole, inner
 
 
@@ -58,7 +65,7 @@ class ZoneScan:
     """Every guard zone of a set of allocations, checked in one launch."""
 
     def __init__(self, wholes: Sequence[cupy.ndarray], stream: Any):
-        self.wholes = list(wholes)
+        self.wholes = list(wholes) if GUARDED else []
         self.stream = stream
         ptrs = []
         for w in self.wholes:
