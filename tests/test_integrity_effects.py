@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from egf_audit.cli.app import app
+from egf_audit.runtime.backends import guarded_memory as gm
 from egf_audit.runtime.effects import changed_outside
 
 VARIANTS = Path(__file__).parent / "kernel_variants"
@@ -212,3 +213,20 @@ def test_sanitize_names_an_out_of_bounds_write_on_the_gpu(tmp_path):
     assert result.exit_code == 1, result.output
     assert "compute-sanitizer memcheck: Invalid __global__ write" in result.stderr
     assert "sp14_scale_wire_col" in out.read_text()
+
+
+def test_the_cpu_watch_reports_changes_outside_the_boxes_in_one_call():
+    """The C comparison the CPU backend runs after every launch: same answers as above."""
+    first, second = gm.allocate(20, "f32"), gm.allocate(10, "i32")
+    try:
+        watcher = gm.Watcher([first, second])
+        first.data[[2, 3, 7, 8, 12, 13, 19]] = 1.0  # a [3, 2] box at 2, stride 5, and element 19
+        second.data[[3, 4, 8, 9, 5]] = 7  # a [2, 2] box at 3, stride 5, and element 5
+        boxes = [0, 2, 3, 2, 5, 1, 3, 2, 2, 5]  # (buffer, offset, rows, width, row stride) each
+        assert watcher.changes(boxes) == [(0, 19, 1, 0, 0x3F800000), (1, 5, 1, 0, 7)]
+        assert watcher.changes([]) == []  # the shadows were brought up to date
+        first.data[0] = -0.0  # a change of bits alone
+        assert watcher.changes([]) == [(0, 0, 1, 0, 0x80000000)]
+    finally:
+        gm.release(first)
+        gm.release(second)

@@ -30,7 +30,6 @@ from egf_audit.runtime.backends.cpu_worker import (
     argument_format,
     reap_stopped,
 )
-from egf_audit.runtime.effects import changed_outside
 from egf_audit.runtime.gemm_rules import GemmRefused, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
@@ -231,15 +230,14 @@ class CpuWatch:
     def __init__(self, ptrs: Sequence[int], watcher: guarded_memory.Watcher):
         self._ptrs = list(ptrs)
         self._watcher = watcher
+        self._index = {p: i for i, p in enumerate(self._ptrs)}
 
     def changes(
         self, exempt: dict[int, tuple[tuple[int, int, int, int], ...]]
     ) -> list[tuple[int, int, int, int, int]]:
-        found = []
-        w = self._watcher
-        for i in w.changed():
-            ptr = self._ptrs[i]
-            change = changed_outside(np, w.live[i], w.shadows[i], exempt.get(ptr, ()))
-            if change is not None:
-                found.append((ptr, *change))
-        return found
+        """One C call: the comparison, the exemptions and the shadow refresh (guarded_memory)."""
+        flat = [v for p, boxes in exempt.items() for box in boxes for v in (self._index[p], *box)]
+        return [
+            (self._ptrs[i], first, count, old, new)
+            for i, first, count, old, new in self._watcher.changes(flat)
+        ]

@@ -138,11 +138,39 @@ SCAN_SOURCE = r"""
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-extern "C" int egf_changed(int n, void* const* live, void* const* shadow, const size_t* nbytes,
-                           int* out) {
+// Per buffer i that changed: compare bit for bit, skipping elements inside its exempt boxes
+// (boxes[5 * b ..] = buffer, offset, rows, width, row stride, for b < m), report (i, first index,
+// count, old bits, new bits) of the others, then refresh the shadow.
+extern "C" int egf_changes(int n, void* const* live, void* const* shadow, const long long* counts,
+                           int m, const long long* boxes, long long* out) {
   int k = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::memcmp(live[i], shadow[i], nbytes[i]) != 0) out[k++] = i;
+  for (int i = 0; i < n; ++i) {
+    size_t nbytes = (size_t)counts[i] * 4;
+    if (std::memcmp(live[i], shadow[i], nbytes) == 0) continue;
+    const uint32_t* a = (const uint32_t*)live[i];
+    uint32_t* s = (uint32_t*)shadow[i];
+    long long first = -1, count = 0;
+    uint32_t old_bits = 0, new_bits = 0;
+    for (long long j = 0; j < counts[i]; ++j) {
+      if (a[j] == s[j]) continue;
+      bool inside = false;
+      for (int b = 0; b < m && !inside; ++b) {
+        const long long* x = boxes + 5 * b;
+        long long d = j - x[1];
+        if (x[0] != i || d < 0) continue;
+        if (x[2] <= 1 || x[4] <= 0) inside = d < x[3];
+        else inside = d / x[4] < x[2] && d % x[4] < x[3];
+      }
+      if (inside) continue;
+      if (first < 0) { first = j; old_bits = s[j]; new_bits = a[j]; }
+      ++count;
+    }
+    std::memcpy(s, a, nbytes);
+    if (count) {
+      long long* o = out + 5 * k++;
+      o[0] = i; o[1] = first; o[2] = count; o[3] = old_bits; o[4] = new_bits;
+    }
+  }
   return k;
 }
 // `reference` holds canaries, at least as many as the largest zone
@@ -162,8 +190,9 @@ def _scan() -> ctypes.CDLL:
     pointers = ctypes.POINTER(ctypes.c_void_p)
     sizes = ctypes.POINTER(ctypes.c_size_t)
     out = ctypes.POINTER(ctypes.c_int)
-    lib.egf_changed.argtypes = [ctypes.c_int, pointers, pointers, sizes, out]
     lib.egf_canaries.argtypes = [ctypes.c_int, pointers, sizes, ctypes.c_void_p, out]
+    longs = ctypes.POINTER(ctypes.c_longlong)
+    lib.egf_changes.argtypes = [ctypes.c_int, pointers, pointers, longs, ctypes.c_int, longs, longs]
     return lib
 
 
@@ -212,8 +241,16 @@ class Watcher:
             [d.nbytes for d in self.live],
         )
 
-    def changed(self) -> list[int]:
-        """Indices of the buffers whose bytes differ from their shadow (shadows unchanged)."""
+        n = len(self.live)
+        self._counts = (ctypes.c_longlong * n)(*(d.size for d in self.live))
+        self._out = (ctypes.c_longlong * (5 * max(n, 1)))()
+
+    def changes(self, boxes: Sequence[int]) -> list[tuple[int, int, int, int, int]]:
+        """(index, first element, count, old bits, new bits) for every buffer that changed
+        outside the exempt boxes, each shadow brought up to date. `boxes` holds five numbers a
+        box: buffer index, offset, rows, width, row stride."""
         t = self._table
-        k = _scan().egf_changed(t.n, t.columns[0], t.columns[1], t.sizes, t.out)
-        return list(t.out[:k])
+        m = len(boxes) // 5
+        flat = (ctypes.c_longlong * max(len(boxes), 1))(*boxes)
+        k = _scan().egf_changes(t.n, t.columns[0], t.columns[1], self._counts, m, flat, self._out)
+        return [tuple(self._out[5 * j : 5 * j + 5]) for j in range(k)]
