@@ -50,10 +50,14 @@ def trainer_folder(root: Path, header: str = HEADER) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    if not os.environ.get("EGF_AUDIT_CACHE"):
-        monkeypatch.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    """One cache for the module (kept out of $HOME unless the caller chose one): the bundled
+    kernels are compiled once, not once a test."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not os.environ.get("EGF_AUDIT_CACHE"):
+            mp.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
+        yield
 
 
 def test_a_trainer_kernel_with_a_header_bom_crlf_and_builtins_audits_clean(tmp_path):
