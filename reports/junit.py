@@ -3,7 +3,8 @@
 A failed verdict is a `<failure message=...>` carrying the invariant's one-line message and the
 verdict's summary; its body adds the evidence. A warning is a passing testcase whose
 `<system-out>` says why it warned, so CI dashboards show it without failing the build. With
---check one more testcase, `document-current`, fails while the committed document is stale.
+--check one more testcase, `document-current`, fails while the committed document is stale; with
+compute-sanitizer findings that fail the gate, one more, `compute-sanitizer`, fails with them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def testcase_name(code: str, mode: str) -> str:
 
 
 DOCUMENT_CASE = "document-current"
+SANITIZER_CASE = "compute-sanitizer"
 
 
 def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
@@ -41,9 +43,9 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
         "testsuite",
         name="egf-audit",
         errors="0",
-        failures=str(len(report.failures) + int(gate.stale)),
+        failures=str(len(report.failures) + int(gate.stale) + int(bool(gate.sanitizer_failures))),
         skipped="0",
-        tests=str(len(report.results) + int(gate.checked)),
+        tests=str(len(report.results) + int(gate.checked) + int(bool(gate.sanitizer_failures))),
         time=f"{sum(seconds.values()):.3f}",
     )
     modes_of = {r.code: sum(1 for q in report.results if q.code == r.code) for r in report.results}
@@ -78,6 +80,17 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
             out.text = clean(f"warning: {body}")
     if gate.checked:
         _document_case(suite, gate)
+    if gate.sanitizer_failures:
+        case = ET.SubElement(
+            suite, "testcase", classname="egf_audit.sanitize", name=SANITIZER_CASE, time="0.000"
+        )
+        failure = ET.SubElement(
+            case,
+            "failure",
+            message=clean(gate.sanitizer_failures[0]),
+            type="SanitizerFinding",
+        )
+        failure.text = clean("\n".join(gate.sanitizer_failures))
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, "unicode") + "\n"
 

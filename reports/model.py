@@ -105,10 +105,16 @@ class Gate:
     stale_reason: str = ""  # "differs from the regenerated audit", "does not exist"
     diff: tuple[str, ...] = ()  # the stale part, unified diff lines
     stale_line: int | None = None  # the committed file's first line that differs
+    sanitizer_failures: tuple[str, ...] = ()  # --sanitize: findings that fail the gate
 
     @property
     def ok(self) -> bool:
-        return self.report.ok and self.report.witness_ok and not self.stale
+        return (
+            self.report.ok
+            and self.report.witness_ok
+            and not self.stale
+            and not self.sanitizer_failures
+        )
 
     def reasons(self) -> list[str]:
         """Why the gate fails, one sentence each; [] when it passes."""
@@ -117,6 +123,7 @@ class Gate:
             out.append("the cuBLAS witness disagrees with the recorded SGEMMs")
         if self.stale:
             out.append(f"{self.document} is STALE: it {self.stale_reason}")
+        out += list(self.sanitizer_failures)
         return out
 
     def line(self) -> str:
@@ -128,4 +135,9 @@ class Gate:
             return f"FAIL: {self.document} is STALE ({invariants.removeprefix('PASS: ')})"
         if not self.report.witness_ok:
             return f"FAIL: the cuBLAS witness disagrees ({invariants.removeprefix('PASS: ')})"
+        if self.sanitizer_failures:
+            return (
+                f"FAIL: compute-sanitizer reported {len(self.sanitizer_failures)} finding(s) "
+                f"({invariants.removeprefix('PASS: ')})"
+            )
         return invariants

@@ -167,3 +167,21 @@ def test_a_planted_cycle_is_caught():
     cycle = find_cycle(graph)
     assert cycle is not None and cycle[0] == cycle[-1]
     assert {"egf_audit.runtime.trace", "egf_audit.runtime.recorder"} <= set(cycle)
+
+
+def test_every_cli_option_names_its_flag():
+    """typer before 0.29 names an option after its metavar when no flag is given (`--MODE`), so
+    every typer.Option in the command line spells its flag out."""
+    unnamed = []
+    for path in (ROOT / "auditor" / "cli").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "Option"
+            ):
+                first = node.args[0] if node.args else None
+                named = isinstance(first, ast.Constant) and str(first.value).startswith("-")
+                if not named:
+                    unnamed.append(f"{path.name}:{node.lineno}")
+    assert unnamed == []

@@ -266,3 +266,25 @@ def test_output_format_github_prints_annotations_outside_actions(fake):
         "notice title=EGF011",
     ]
     assert lines[-1] == f"FAIL: 2 of {2 * N} verdicts failed: EGF005[sentinel], EGF005[live]"
+
+
+def test_a_sanitizer_finding_fails_json_junit_and_the_last_line(fake, monkeypatch):
+    """--sanitize findings decide the exit code, so every output says the same verdict."""
+    finding = "compute-sanitizer memcheck: Invalid __global__ write of size 4 bytes in k"
+    monkeypatch.setattr(runner_module.sanitize, "check_request", lambda device: None)
+    monkeypatch.setattr(
+        runner_module.sanitize,
+        "sanitize",
+        lambda req, config, backend: ({"memcheck": {"errors": 1}}, [finding]),
+    )
+    result = invoke("run", "--device", "cpu", "--sanitize", "--json", "r.json", "--junit", "j.xml")
+    assert result.exit_code == 1
+    data = json.loads(Path("r.json").read_text())
+    assert data["ok"] is False and data["invariants_ok"] is True
+    assert data["reasons"] == [finding]
+    suite = ET.parse("j.xml").getroot().find("testsuite")
+    assert suite.get("failures") == "1" and suite.get("tests") == str(2 * N + 1)
+    case = next(c for c in suite.iter("testcase") if c.get("name") == "compute-sanitizer")
+    assert case.find("failure").get("message") == finding
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith(f"FAIL: compute-sanitizer reported 1 finding(s) (all {N} invariants")

@@ -548,7 +548,7 @@ def test_real_trace_holds_every_scenario_and_the_document_no_pointer(real):
 def test_document_made_on_the_gpu_matches_the_cpu_outside_the_block(workdir, monkeypatch):
     documents = {}
     for device in ("cuda", "cpu"):
-        (workdir / device).mkdir()
+        (workdir / device / ".git").mkdir(parents=True)  # two checkouts of one repository
         monkeypatch.chdir(workdir / device)
         result = invoke("run", "--device", device)
         assert result.exit_code == 0, result.output  # the clean audit holds on both

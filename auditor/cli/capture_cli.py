@@ -16,22 +16,28 @@ CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 @with_help()
 def capture(
     command: Annotated[list[str], typer.Argument(help="The trainer's command, after --.")],
-    out: Annotated[Path, typer.Option(help="The capture folder.", metavar="DIR")],
+    out: Annotated[Path, typer.Option("--out", help="The capture folder.", metavar="DIR")],
     layout: Annotated[
         Path | None,
         typer.Option(
-            help="Where the command writes its layout file (docs/capture.md).", metavar="FILE"
+            "--layout",
+            help="Where the command writes its layout file (docs/capture.md).",
+            metavar="FILE",
         ),
     ] = None,
     snapshot: Annotated[
         list[str] | None,
         typer.Option(
-            help="Snapshot around this kernel (repeatable; 'none': no snapshots).", metavar="KERNEL"
+            "--snapshot",
+            help="Snapshot around this kernel (repeatable; 'none': no snapshots).",
+            metavar="KERNEL",
         ),
     ] = None,
     values_max: Annotated[
         int | None,
-        typer.Option(help="Keep at most this many values of a snapshot region.", metavar="N"),
+        typer.Option(
+            "--values-max", help="Keep at most this many values of a snapshot region.", metavar="N"
+        ),
     ] = None,
     debug: Debug = False,
 ) -> None:

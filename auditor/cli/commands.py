@@ -265,11 +265,10 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
         witness=witness.as_dict() if witness is not None else None,
     )
     document = render_document(report)
-    gate = _gate(req, report, document, base)
+    # the sanitizer's findings are in the document; the gate, and every output, fails on them
+    gate = replace(_gate(req, report, document, base), sanitizer_failures=tuple(sanitizer_failures))
     outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)
-    if sanitizer_failures:  # the findings are in the document; the gate fails on them
-        outcome.exit_code = 1
-        outcome.notes += sanitizer_failures
+    outcome.notes += sanitizer_failures
     outcome.typed_out = Path(req.out).as_posix()
     for name in kernels.ignored:
         outcome.notes.append(

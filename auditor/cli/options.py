@@ -47,7 +47,9 @@ Device = Annotated[
 Preset = Annotated[
     str | None,
     typer.Option(
-        help="Dimension preset: ci or prod (default: the config's, else ci).", metavar="NAME"
+        "--preset",
+        help="Dimension preset: ci or prod (default: the config's, else ci).",
+        metavar="NAME",
     ),
 ]
 ConfigFile = Annotated[
@@ -60,9 +62,9 @@ ConfigFile = Annotated[
 ]
 Seed = Annotated[
     int | None,
-    typer.Option(help="Seed of the weights and batches (default: the config's, else 0)."),
+    typer.Option("--seed", help="Seed of the weights and batches (default: the config's, else 0)."),
 ]
-Steps = Annotated[int, typer.Option(help="Training steps of each production run.")]
+Steps = Annotated[int, typer.Option("--steps", help="Training steps of each production run.")]
 KernelsDir = Annotated[
     Path | None,
     typer.Option(

@@ -192,22 +192,24 @@ def bench(
     batch: Annotated[
         list[int] | None,
         typer.Option(
+            "--batch",
             help="Batch size to time (repeatable; default 256 1024 4096 16384 65536 on cuda, "
             "smaller on cpu).",
             metavar="B",
         ),
     ] = None,
     repeats: Annotated[
-        int | None, typer.Option(help="Timed repeats per batch size (default: the bench's).")
+        int | None,
+        typer.Option("--repeats", help="Timed repeats per batch size (default: the bench's)."),
     ] = None,
     warmup: Annotated[
-        int | None, typer.Option(help="Untimed warm-up runs (default: the bench's).")
+        int | None, typer.Option("--warmup", help="Untimed warm-up runs (default: the bench's).")
     ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the results as JSON here.")
     ] = None,
     markdown: Annotated[
-        Path | None, typer.Option(help="Write the results as a markdown table here.")
+        Path | None, typer.Option("--markdown", help="Write the results as a markdown table here.")
     ] = None,
     kernels: KernelsDir = None,
     profile: Annotated[

@@ -50,9 +50,9 @@ def run(
     steps: Steps = 2,
     mode: Annotated[
         str,
-        typer.Option(help="Gate modes to audit: sentinel, live or both.", metavar="MODE"),
+        typer.Option("--mode", help="Gate modes to audit: sentinel, live or both.", metavar="MODE"),
     ] = "both",
-    out: Annotated[Path, typer.Option(help="The audit document.")] = DEFAULT_OUT,
+    out: Annotated[Path, typer.Option("--out", help="The audit document.")] = DEFAULT_OUT,
     check: Annotated[
         bool,
         typer.Option(
@@ -66,7 +66,9 @@ def run(
     junit: JunitOut = None,
     trace: Annotated[
         Path | None,
-        typer.Option(help="Write every scenario's launches as JSON lines here, or - for stdout."),
+        typer.Option(
+            "--trace", help="Write every scenario's launches as JSON lines here, or - for stdout."
+        ),
     ] = None,
     output_format: OutputFormat = "text",
     kernels: KernelsDir = None,
