@@ -10,6 +10,10 @@
  *
  * Driver entry points are looked up with dlsym in the process's own libcuda, so the library
  * links against libcupti alone and loads on machines whose toolkit has no libcuda stub.
+ *
+ * Longer than a Python module here, on purpose: the injected library is one compilation unit
+ * (built on first use with one compiler call), read top to bottom as event writer, snapshots,
+ * cuBLAS logger, driver callbacks and InitializeInjection.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
