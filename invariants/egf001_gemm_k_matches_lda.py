@@ -23,6 +23,12 @@ def _extent_problem(b: Binding) -> str | None:
         return f"reads past the end of {b.region.buffer}"
     if b.tensor_shape is None:
         return f"points into no tensor of {b.region.buffer}"
+    return span_problem(b)
+
+
+def span_problem(b: Binding) -> str | None:
+    """Why an operand resolved into a tensor does not cover it exactly (its first element, all
+    its rows and columns, its row stride), or None. The capture's EGF001 uses it too."""
     r, (t_offset, t_rows, t_cols) = b.region, b.tensor_shape
     if r.offset != t_offset:
         return f"starts {r.offset - t_offset} elements into {b.tensor}"

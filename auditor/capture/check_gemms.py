@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from egf_audit.invariants.egf001_gemm_k_matches_lda import span_problem
 from egf_audit.runtime.contract import CONCAT_KERNEL
 from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, Launch
@@ -28,16 +29,7 @@ def _extent_problem(b: Binding) -> str | None:
         return f"reaches past the end of {r.buffer}"
     if b.tensor_shape is None:
         return None  # a placeholder (whole flat buffer): bounds only
-    t_offset, t_rows, t_cols = b.tensor_shape
-    if r.offset != t_offset:
-        return f"starts {r.offset - t_offset} elements into {b.tensor}"
-    if r.width != t_cols:
-        return f"spans {r.width} of {t_cols} columns of {b.tensor}"
-    if r.rows != t_rows:
-        return f"spans {r.rows} of {t_rows} rows of {b.tensor}"
-    if r.rows > 1 and r.ld != t_cols:
-        return f"walks {b.tensor} with row stride {r.ld}, its row stride is {t_cols}"
-    return None
+    return span_problem(b)
 
 
 def _k_sh2_signature(x: Launch, sh2: int | None) -> str | None:

@@ -56,13 +56,7 @@ def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple
         return Binding(role, ptr, access, None, None, None, False)
     buffer, offset = where
     region = Region(buffer.name, offset + rel, rows, width, ld)
-    in_bounds = (
-        region.offset >= 0
-        and rows >= 0
-        and width >= 0
-        and region.last <= buffer.size
-        and (rows <= 1 or ld >= width)
-    )
+    in_bounds = region.fits(buffer.size)
     found = layout.tensor_at(buffer, region.offset)
     name, shape = found if found else (None, None)
     return Binding(role, ptr, access, region, name, shape, in_bounds)

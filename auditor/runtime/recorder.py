@@ -89,13 +89,7 @@ class Recorder:
         spec = self.layout.buffer(buffer)
         region = Region(buffer, offset + rel, rows, width, ld)
         tensor = spec.tensor_at(region.offset)
-        in_bounds = (
-            region.offset >= 0
-            and rows >= 0
-            and width >= 0
-            and region.last <= spec.size
-            and (rows <= 1 or ld >= width)
-        )
+        in_bounds = region.fits(spec.size)
         shape = (tensor.offset, tensor.rows, tensor.cols) if tensor else None
         return Binding(role, ptr, access, region, tensor.name if tensor else None, shape, in_bounds)
 

@@ -44,6 +44,16 @@ class Region:
             return self.offset
         return self.offset + (self.rows - 1) * self.ld + self.width
 
+    def fits(self, size: int) -> bool:
+        """The box lies inside a buffer of `size` elements, rows not overlapping (ld >= width)."""
+        return (
+            self.offset >= 0
+            and self.rows >= 0
+            and self.width >= 0
+            and self.last <= size
+            and (self.rows <= 1 or self.ld >= self.width)
+        )
+
     def flat_indices(self) -> np.ndarray:
         rows = np.arange(self.rows, dtype=np.int64)[:, None] * self.ld
         cols = np.arange(self.width, dtype=np.int64)[None, :]
