@@ -85,3 +85,6 @@ inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; 
 // sequential execution gives the same result (SPEC section 3).
 inline float atomicAdd(float* a, float v) { float old = *a; *a = old + v; return old; }
 inline int atomicAdd(int* a, int v) { int old = *a; *a = old + v; return old; }
+// __trap() ends the kernel with an error on the GPU (cudaErrorLaunchFailure); here it ends the
+// worker process the same way a fault does (SIGILL), a verdict either way.
+[[noreturn]] inline void __trap() { __builtin_trap(); }

@@ -95,8 +95,8 @@ LaunchTimeout = Annotated[
     float | None,
     typer.Option(
         "--launch-timeout",
-        help="CPU backend: seconds one launch of a kernel egf-audit does not ship may run before "
-        "its worker is killed and the launch fails EGF013 (default 120).",
+        help="Seconds one launch of a kernel egf-audit does not ship may run before its worker "
+        "process is killed and the launch fails EGF013 (default 120; CPU and GPU).",
         metavar="SECONDS",
     ),
 ]

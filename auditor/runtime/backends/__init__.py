@@ -37,21 +37,23 @@ def check_device(device: str) -> str:
 def select_backend(
     device: str, kernel_set: KernelSet, launch_timeout_s: float | None = None
 ) -> Backend:
-    """The backend for `--device`. `launch_timeout_s`: the CPU worker's per-launch watchdog
-    (None: its default)."""
+    """The backend for `--device`. `launch_timeout_s`: the per-launch watchdog of the worker that
+    runs untrusted kernels (None: its default)."""
+    from egf_audit.runtime.backends.cpu_worker import DEFAULT_LAUNCH_TIMEOUT_S
+
+    timeout_s = launch_timeout_s or DEFAULT_LAUNCH_TIMEOUT_S
     check_device(device)
     if device in ("auto", "cuda"):
         ok, why = cuda_usable()
         if ok:
             from egf_audit.runtime.backends.cuda import CudaBackend
 
-            return CudaBackend(kernel_set)
+            return CudaBackend(kernel_set, timeout_s)
         if device == "cuda":
             raise AuditEnvironmentError(f"--device cuda asked for, but no usable GPU: {why}")
     from egf_audit.runtime.backends.cpu import CpuBackend
-    from egf_audit.runtime.backends.cpu_worker import DEFAULT_LAUNCH_TIMEOUT_S
 
-    return CpuBackend(kernel_set, launch_timeout_s or DEFAULT_LAUNCH_TIMEOUT_S)
+    return CpuBackend(kernel_set, timeout_s)
 
 
 __all__ = ["DEVICES", "Backend", "check_device", "cuda_usable", "select_backend"]

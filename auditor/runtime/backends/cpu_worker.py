@@ -35,15 +35,19 @@ def argument_format(param_types: Sequence[str]) -> struct.Struct:
     )
 
 
+def describe_signal(number: int) -> str:
+    """`crashed with SIGSEGV`: a process ended by signal `number`."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    return f"crashed with {name}"
+
+
 def describe_exit(status: int) -> str:
     """A wait status in words: `crashed with SIGSEGV`, `exited with status 0`."""
     if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        return f"crashed with {name}"
+        return describe_signal(os.WTERMSIG(status))
     if os.WIFEXITED(status):
         return f"exited with status {os.WEXITSTATUS(status)}"
     return f"ended with wait status {status}"

@@ -4,6 +4,7 @@ TF32 stays off: the handle's math mode is CUBLAS_DEFAULT_MATH."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 from collections.abc import Sequence
@@ -17,28 +18,18 @@ from cupy_backends.cuda.libs import cublas
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KernelSpec
+from egf_audit.runtime.backends.cpu_worker import DEFAULT_LAUNCH_TIMEOUT_S
 from egf_audit.runtime.backends.cuda_guard import GUARDED, CudaWatch, ZoneScan, guarded_zeros
+from egf_audit.runtime.backends.cuda_kernels import load_function, pack_arguments
+from egf_audit.runtime.backends.cuda_worker import GpuKernelWorker, WorkerKernel
 from egf_audit.runtime.effects import GUARD_ELEMENTS
-from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
+from egf_audit.runtime.kernel_sources import KernelSet
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
 _DTYPES = {"f32": np.float32, "i32": np.int32}
-_SCALARS = {"int": np.int32, "float": np.float32, "long long": np.int64}
 _OPS = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
-NVRTC_OPTIONS = ("-std=c++17",)
 CAPTURE_WORKSPACE_BYTES = 32 << 20
 SNAPSHOT_ALIGN = 256  # bytes; every copy in a checkpoint's allocation starts aligned
-
-
-def _nvrtc_errors(log: str) -> str:
-    """NVRTC's `path(7): error: ...` as `path:7: error: ...` (the form g++ prints), without its
-    note about the temporary file it compiled."""
-    lines = [
-        re.sub(r"^(.*?)\((\d+)\): (error|warning)", r"\1:\2: \3", ln.strip())
-        for ln in log.splitlines()
-    ]
-    errors = [ln for ln in lines if ": error" in ln][:6]
-    return " | ".join(errors) or log.strip()[:400]
 
 
 @cache
@@ -54,23 +45,19 @@ def _libcublas() -> ctypes.CDLL:
 
 
 @cache
-def _module(path: str, text: str, include_dir: str | None) -> cupy.RawModule:
-    """One memoized RawModule per distinct source (the cache key is the text itself; headers
-    under include_dir are NVRTC's to read, as nvcc -I reads them)."""
-    options = NVRTC_OPTIONS + ((f"-I{include_dir}",) if include_dir else ())
-    return cupy.RawModule(code=f'#line 1 "{path}"\n{text}', options=options)
+def _libcuda() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
 
 
-def load_function(source: KernelSource) -> Any:
-    try:
-        module = _module(source.path, source.code, source.include_dir)
-        return module.get_function(source.spec.name)
-    except cupy.cuda.compiler.CompileException as exc:
-        raise AuditEnvironmentError(
-            f"kernel {source.path} does not compile: {_nvrtc_errors(str(exc))}"
-        ) from None
-    except cupy.cuda.driver.CUDADriverError as exc:
-        raise AuditEnvironmentError(f"kernel {source.path}: {exc}") from None
+def allocation_of(ptr: int) -> tuple[int, int]:
+    """(base, bytes) of the device allocation holding `ptr` (a pool block lies inside one)."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    status = _libcuda().cuMemGetAddressRange_v2(
+        ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)
+    )
+    if status != 0:
+        raise AuditEnvironmentError(f"cuMemGetAddressRange failed with status {status}")
+    return base.value, size.value
 
 
 @dataclass(frozen=True)
@@ -86,7 +73,7 @@ class DeviceCopy:
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, kernel_set: KernelSet):
+    def __init__(self, kernel_set: KernelSet, launch_timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S):
         if not GUARDED:  # the sanitized child: memcheck must see every buffer's own bounds
             cupy.cuda.set_allocator(None)
         self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
@@ -94,6 +81,19 @@ class CudaBackend:
         self._zones: ZoneScan | None = None  # rebuilt when the allocations change
         self.failed_kernels: dict[str, str] = {}
         self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
+        # Kernels egf-audit does not ship (a --kernels source, a fault's patch) run in a worker
+        # process (cuda_worker.py): a fault there cannot end this context. Under --sanitize they
+        # run here, where compute-sanitizer watches them against each buffer's own bounds.
+        untrusted = [s for s in kernel_set.sources if s.origin != "bundled"] if GUARDED else []
+        self._isolated = {s.spec.name: i for i, s in enumerate(untrusted)}
+        self._worker_kernels = [
+            WorkerKernel(s.spec.name, s.path, s.code, s.include_dir, tuple(s.spec.params))
+            for s in untrusted
+        ]
+        self.launch_timeout_s = launch_timeout_s
+        self._worker: GpuKernelWorker | None = None
+        self._allocations = 0  # bumped by every allocation: the worker must open the new one
+        self._worker_allocations = -1
         self._workspace: cupy.ndarray | None = None  # set by prepare_capture()
         self._raw_sgemm: Any = None
         self.handle = cupy.cuda.device.get_cublas_handle()
@@ -157,6 +157,7 @@ class CudaBackend:
         self._buffers[array.data.ptr] = array
         self._wholes[array.data.ptr] = whole
         self._zones = None
+        self._allocations += 1
         return array.data.ptr
 
     def free(self, ptr: int) -> None:
@@ -237,11 +238,30 @@ class CudaBackend:
             raise AuditEnvironmentError(f"cublasSgemm_v2 failed with status {status}")
 
     def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
-        packed = tuple(
-            np.uint64(v) if t.endswith("*") else _SCALARS[t](v)
-            for (_, t), v in zip(spec.params, args, strict=True)
-        )
+        """A bundled kernel on this stream; an untrusted one in the worker (LaunchFailed when it
+        faulted, its worker died, or it did not return in time)."""
+        if spec.name in self._isolated:
+            self.synchronize()  # the worker's launch must follow every write queued here
+            self._ready_worker().run(self._isolated[spec.name], blocks, threads, args)
+            return
+        packed = pack_arguments(spec.params, args)
         self._functions[spec.name]((blocks,), (threads,), packed, stream=self.stream)
+
+    def _ready_worker(self) -> GpuKernelWorker:
+        """A live worker that has every current allocation open."""
+        if self._worker is None or not self._worker.alive:
+            self._worker = None  # a failed start below must not leave a dead one here
+            worker = GpuKernelWorker(
+                self._worker_kernels, cupy.cuda.Device().id, self.launch_timeout_s
+            )
+            self._worker, self._worker_allocations = worker, -1
+        if self._worker_allocations != self._allocations:
+            shared = {allocation_of(w.data.ptr) for w in self._wholes.values()}
+            self._worker.share(
+                [(base, size, cupy.cuda.runtime.ipcGetMemHandle(base)) for base, size in shared]
+            )
+            self._worker_allocations = self._allocations
+        return self._worker
 
     def synchronize(self) -> None:
         self.stream.synchronize()
@@ -257,7 +277,14 @@ class CudaBackend:
         return CudaWatch(ptrs, [self._buffers[p] for p in ptrs], self.stream)
 
     def close(self) -> None:
-        pass  # nothing beyond the buffers; a launch cannot hang the host here
+        """Stop the kernel worker (a later untrusted launch starts a new one)."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit much may be torn down
+            self.close()
 
     def info(self) -> dict[str, str]:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
