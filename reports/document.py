@@ -235,6 +235,10 @@ def _kernels(report: AuditReport) -> list[str]:
         [code(s.spec.name), code(s.path), s.origin, code(s.sha256)] for s in report.kernels.sources
     ]
     lines = ["## Kernel sources audited", "", *table(["kernel", "path", "origin", "sha256"], rows)]
+    headers = report.kernels.headers()
+    if headers:
+        lines += ["", "Headers beside them, which any of them may include (found as with `-I`):"]
+        lines += ["", *table(["header", "sha256"], [[code(p), code(h)] for p, h in headers])]
     if report.kernels.ignored:
         names = ", ".join(code(n) for n in report.kernels.ignored)
         lines += ["", f"Ignored (no kernel of that name): {names}."]

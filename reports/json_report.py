@@ -47,6 +47,7 @@ def report_dict(gate: Gate, exit_code: int) -> dict[str, Any]:
             {"name": s.spec.name, "path": s.path, "origin": s.origin, "sha256": s.sha256}
             for s in report.kernels.sources
         ],
+        "kernel_headers": [{"path": p, "sha256": h} for p, h in report.kernels.headers()],
         "kernels_ignored": list(report.kernels.ignored),
         "cublas_witness": report.witness,
         "invariants": [

@@ -71,6 +71,22 @@ def test_a_trainer_kernel_with_a_header_bom_crlf_and_builtins_audits_clean(tmp_p
     assert "kernels/polyak_ema_kernel.cu" in document  # named relative to the document
     raw = (folder / "polyak_ema_kernel.cu").read_bytes()
     assert hashlib.sha256(raw).hexdigest() in document  # the file as written, BOM and CRLF
+    header = hashlib.sha256((folder / "common.cuh").read_bytes()).hexdigest()
+    assert f"| `kernels/common.cuh` | `{header}` |" in document  # code it includes, named too
+
+
+def test_an_edited_header_makes_the_document_stale(tmp_path):
+    """The header is audited code: the committed document must say which one it was."""
+    folder = trainer_folder(tmp_path / "kernels")
+    out = tmp_path / "audit.md"
+    args = ["run", "--device", "cpu", "--mode", "sentinel", "--steps", "1"]
+    args += ["--kernels", str(folder), "--out", str(out)]
+    assert CliRunner().invoke(app, args, env=TERMINAL).exit_code == 0
+    assert CliRunner().invoke(app, [*args, "--check"], env=TERMINAL).exit_code == 0
+    trainer_folder(folder, HEADER.replace("// shared", "// an edit that changes no result; shared"))
+    stale = CliRunner().invoke(app, [*args, "--check"], env=TERMINAL)
+    assert stale.exit_code == 1, stale.output
+    assert "STALE" in stale.stdout.splitlines()[-1]
 
 
 def test_the_header_text_is_part_of_the_build(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,9 @@ def headers_under(root: Path) -> tuple[tuple[str, str], ...]:
     for path in sorted(root.rglob("*")):
         if path.suffix in HEADER_SUFFIXES and path.is_file():
             try:
-                found.append((path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")))
+                # bytes as written (CRLF kept), like the sources: the document hashes them
+                text = path.read_bytes().decode("utf-8")
+                found.append((path.relative_to(root).as_posix(), text))
             except (OSError, UnicodeDecodeError) as exc:
                 raise AuditEnvironmentError(f"{path}: cannot be read: {exc}") from None
     return tuple(found)
@@ -174,6 +177,17 @@ class KernelSet:
                 s = dataclasses.replace(s, text=s.text.replace(old, new), origin=f"fault:{fault}")
             out.append(s)
         return KernelSet(tuple(out), self.ignored)
+
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """(path as shown, sha256) of every header beside a --kernels source: code any kernel
+        may include, so the document names it as it names the sources."""
+        found = {}
+        for s in self.sources:
+            folder = posixpath.dirname(s.path)
+            for relative, text in s.headers:
+                digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                found[posixpath.join(folder, relative)] = digest
+        return tuple(sorted(found.items()))
 
 
 def load_kernel_set(kernels_dir: str | Path | None = None) -> KernelSet:
