@@ -5,11 +5,14 @@
 - `gpu`-marked tests are skipped where `egf_audit.backends.cuda_usable()` says no GPU works.
 - Session fixtures build the CPU kernels once (`cpu_backend`) and run one ci-preset audit
   (`ci_audit_run`) that read-only tests can share.
+- CLI tests run in `workdir` (a trainer repository's root) and, through `fake`, on that recorded
+  audit with invariant verdicts they pick (tests/cli_fakes.py).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -81,3 +84,30 @@ def ci_audit_run(ci_config: Config, cpu_backend: Backend) -> AuditRun:
     from egf_audit.scenarios.audit import Auditor
 
     return Auditor(ci_config, cpu_backend, steps=2).run(("sentinel", "live"))
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A trainer repository's root, the working directory: the document's paths are relative
+    to it."""
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fake(workdir: Path, monkeypatch: pytest.MonkeyPatch, ci_audit_run: AuditRun):
+    """Fast runs: the recorded audit, and a registry whose statuses the test picks
+    (`fake({"EGF003": FAIL})`; every invariant passes until then)."""
+    from cli_fakes import RecordedAuditor, fake_registry
+
+    from egf_audit import invariants
+    from egf_audit.cli import commands
+
+    monkeypatch.setattr(commands, "Auditor", RecordedAuditor(ci_audit_run))
+
+    def install(statuses: dict[str, str] | None = None, summary: str = "fake verdict") -> None:
+        monkeypatch.setattr(invariants, "INVARIANTS", fake_registry(statuses, summary))
+
+    install()
+    return install

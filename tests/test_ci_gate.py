@@ -15,12 +15,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_cli import CODES, DOC, RecordedAuditor, fake_registry
-from typer.testing import CliRunner
+from cli_fakes import CODES, DOC, invoke
 
-from egf_audit import invariants
 from egf_audit.cli import commands as runner_module
-from egf_audit.cli.app import app
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.kernels import KERNELS
 
@@ -28,29 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 N = len(CODES)  # invariants in the registry
 SCALE_FILE = next(k.file for k in KERNELS if k.name == "sp14_scale_wire_col")
 VARIANTS = Path(__file__).parent / "kernel_variants"
-
-
-def invoke(*args: object, env: dict[str, str] | None = None):
-    return CliRunner().invoke(app, [str(a) for a in args], env=env)
-
-
-@pytest.fixture
-def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A trainer repository's root, the working directory."""
-    (tmp_path / ".git").mkdir()
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def fake(repo, monkeypatch, ci_audit_run):
-    monkeypatch.setattr(runner_module, "Auditor", RecordedAuditor(ci_audit_run))
-
-    def install(statuses: dict[str, str] | None = None, summary: str = "fake verdict") -> None:
-        monkeypatch.setattr(invariants, "INVARIANTS", fake_registry(statuses, summary))
-
-    install()
-    return install
 
 
 def make_stale() -> None:
@@ -97,9 +71,9 @@ def _kernels(folder: Path) -> Path:
     return folder
 
 
-def test_kernels_dir_relative_dotted_and_absolute_give_the_same_document(fake, repo):
-    _kernels(repo / "trainer" / "kernels")
-    spellings = ["trainer/kernels", "./trainer/kernels", str(repo / "trainer" / "kernels")]
+def test_kernels_dir_relative_dotted_and_absolute_give_the_same_document(fake, workdir):
+    _kernels(workdir / "trainer" / "kernels")
+    spellings = ["trainer/kernels", "./trainer/kernels", str(workdir / "trainer" / "kernels")]
     documents = []
     for spelling in spellings:
         assert invoke("run", "--device", "cpu", "--kernels", spelling).exit_code == 0
@@ -109,16 +83,16 @@ def test_kernels_dir_relative_dotted_and_absolute_give_the_same_document(fake, r
     text = documents[0].decode()
     assert f"| `sp14_scale_wire_col` | `trainer/kernels/{SCALE_FILE}` | kernels-dir |" in text
     assert "egf-audit run --kernels trainer/kernels --preset ci" in text
-    assert str(repo) not in text
+    assert str(workdir) not in text
 
 
-def test_from_a_subfolder_the_document_names_paths_from_the_root(fake, repo, monkeypatch):
-    _kernels(repo / "trainer" / "kernels")
-    (repo / "trainer" / "sub").mkdir()
-    monkeypatch.chdir(repo / "trainer" / "sub")
+def test_from_a_subfolder_the_document_names_paths_from_the_root(fake, workdir, monkeypatch):
+    _kernels(workdir / "trainer" / "kernels")
+    (workdir / "trainer" / "sub").mkdir()
+    monkeypatch.chdir(workdir / "trainer" / "sub")
     out = "../../docs/dqn-wire-up-audit.md"
     assert invoke("run", "--device", "cpu", "--kernels", "../kernels", "--out", out).exit_code == 0
-    text = (repo / DOC).read_text()
+    text = (workdir / DOC).read_text()
     # the default --out spelled from the root is left out, as from the root
     assert (
         "egf-audit run --kernels trainer/kernels --preset ci --seed 0 --steps 2 --mode both\n"
@@ -126,8 +100,8 @@ def test_from_a_subfolder_the_document_names_paths_from_the_root(fake, repo, mon
     )
 
 
-def test_the_stale_message_reproduces_every_option_that_shaped_the_document(fake, repo):
-    _kernels(repo / "k")
+def test_the_stale_message_reproduces_every_option_that_shaped_the_document(fake, workdir):
+    _kernels(workdir / "k")
     Path("c.toml").write_text('preset = "ci"\n[hyper]\ngamma = 0.98\n')
     options = ["--config", "c.toml", "--kernels", "k", "--seed", "3", "--steps", "1"]
     options += ["--mode", "live", "--out", "audit/doc.md"]
@@ -224,10 +198,10 @@ def test_stale_line_after_the_environment_block_counts_the_block(fake, monkeypat
     assert f",line={lineno}::" in result.stdout
 
 
-def test_a_failing_kernels_variant_is_annotated_on_its_file_and_line(repo, monkeypatch):
+def test_a_failing_kernels_variant_is_annotated_on_its_file_and_line(workdir, monkeypatch):
     """The real audit of a trainer's scale kernel without its zero branch: EGF003 fails, and
     the annotation names the trainer's file and the line of its entry point."""
-    folder = repo / "trainer" / "kernels"
+    folder = workdir / "trainer" / "kernels"
     folder.mkdir(parents=True)
     source = VARIANTS / "sp14_scale_wire_col" / "bad_no_zero_branch.cu"
     shutil.copyfile(source, folder / SCALE_FILE)

@@ -19,27 +19,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_fakes import CODES, DOC, REAL_INVARIANTS, fake_mutants, fake_registry, invoke
 
 from egf_audit import invariants
 from egf_audit.cli import commands as runner_module
-from egf_audit.cli.app import app
-from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
+from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.reports.document import ENV_BEGIN, ENV_END, without_environment
-from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.scenarios import mutants as mutants_module
 from egf_audit.scenarios.audit import mode_scenarios
 from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
-from egf_audit.scenarios.mutants import FaultResult, MutantsResult
 
-REAL_INVARIANTS = invariants.INVARIANTS
-CODES = [inv.code for inv in REAL_INVARIANTS]
-DOC = Path("docs/dqn-wire-up-audit.md")
 MODES = ("sentinel", "live")
-
-
-def invoke(*args: object) -> object:
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def error_lines(result) -> list[str]:
@@ -52,55 +41,6 @@ def assert_one_line_error(result, code: int, fragment: str) -> None:
     assert len(errors) == 1, result.stderr
     assert fragment in errors[0]
     assert "Traceback" not in result.output
-
-
-def fake_registry(statuses: dict[str, str] | None = None, summary: str = "fake verdict"):
-    """The real entries (codes, slugs, texts) with a constant check."""
-    statuses = statuses or {}
-
-    def constant(status: str):
-        def check(run, mode):
-            return Verdict(status, f"{summary}: {status}", {"measured": 0.5, "mode": mode})
-
-        return check
-
-    return tuple(
-        dataclasses.replace(inv, check=constant(statuses.get(inv.code, PASS)))
-        for inv in REAL_INVARIANTS
-    )
-
-
-class RecordedAuditor:
-    """Stands in for Auditor: hands back the session's recorded run instead of re-running."""
-
-    def __init__(self, recorded: AuditRun):
-        self.recorded = recorded
-
-    def __call__(self, config, backend, steps=2, progress=None) -> RecordedAuditor:
-        return self
-
-    def run(self, modes: tuple[str, ...]) -> AuditRun:
-        return dataclasses.replace(self.recorded, modes=tuple(modes))
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A trainer repository's root: the document's paths are relative to it."""
-    (tmp_path / ".git").mkdir()
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def fake(workdir, monkeypatch, ci_audit_run):
-    """Fast runs: the recorded audit and a registry whose statuses the test picks."""
-    monkeypatch.setattr(runner_module, "Auditor", RecordedAuditor(ci_audit_run))
-
-    def install(statuses: dict[str, str] | None = None, summary: str = "fake verdict") -> None:
-        monkeypatch.setattr(invariants, "INVARIANTS", fake_registry(statuses, summary))
-
-    install()
-    return install
 
 
 # ---- help and the small commands ----
@@ -415,35 +355,23 @@ def test_mutants_one_real_fault_is_caught(workdir):
     assert "fwd-k-sh2" in result.stdout
 
 
-def _fake_mutants(monkeypatch, caught: dict[str, tuple[str, ...]]) -> None:
-    def run_mutants(
-        config, device, kernels, faults, steps=2, modes=MODES, progress=None, launch_timeout_s=None
-    ):
-        result = MutantsResult(backend="cpu", codes=tuple(CODES))
-        for f in faults:
-            result.faults.append(FaultResult(f.name, f.summary, caught.get(f.name, ("EGF001",))))
-        return result
-
-    monkeypatch.setattr(mutants_module, "run_mutants", run_mutants)
-
-
 def test_mutants_every_fault_caught_and_every_invariant_used_exits_0(workdir, monkeypatch):
     codes = iter(CODES * 2)
-    _fake_mutants(monkeypatch, {f.name: (next(codes),) for f in FAULTS})
+    fake_mutants(monkeypatch, {f.name: (next(codes),) for f in FAULTS})
     result = invoke("mutants", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert f"every one of {len(FAULTS)} faults was caught" in result.stdout
 
 
 def test_mutants_survivor_exits_1(workdir, monkeypatch):
-    _fake_mutants(monkeypatch, {"skip-scale": ()})
+    fake_mutants(monkeypatch, {"skip-scale": ()})
     result = invoke("mutants", "--device", "cpu", "--only", "skip-scale", "--only", "fwd-k-sh2")
     assert result.exit_code == 1
     assert "fault skip-scale survived" in result.stderr
 
 
 def test_mutants_idle_invariant_exits_1_only_when_every_fault_ran(workdir, monkeypatch):
-    _fake_mutants(monkeypatch, {})  # EGF001 catches everything, the others nothing
+    fake_mutants(monkeypatch, {})  # EGF001 catches everything, the others nothing
     full = invoke("mutants", "--device", "cpu", "--json", "m.json")
     assert full.exit_code == 1
     assert "EGF012 caught no fault" in full.stderr

@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ci_gate import fake, repo  # noqa: F401 - fixtures
-from test_cli import CODES, DOC, _fake_mutants
+from cli_fakes import CODES, DOC, fake_mutants, invoke
 from test_reports import make_report
-from typer.testing import CliRunner
 
 from egf_audit import invariants
-from egf_audit.cli.app import app
 from egf_audit.cli.config_example import config_keys, documented_keys, example_toml, key_tables
 from egf_audit.invariants.registry import FAIL, PASS
 from egf_audit.pipeline.config import ConfigError, config_from_mapping
@@ -34,13 +31,9 @@ from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def invoke(*args: object):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-
 # ---- mutants ----
-def test_mutants_junit_and_json_carry_a_schema(repo, monkeypatch):  # noqa: F811
-    _fake_mutants(monkeypatch, {"skip-scale": ()})
+def test_mutants_junit_and_json_carry_a_schema(workdir, monkeypatch):
+    fake_mutants(monkeypatch, {"skip-scale": ()})
     result = invoke("mutants", "--device", "cpu", "--junit", "m.xml", "--json", "m.json")
     assert result.exit_code == 1
     data = json.loads(Path("m.json").read_text())
@@ -58,8 +51,8 @@ def test_mutants_junit_and_json_carry_a_schema(repo, monkeypatch):  # noqa: F811
 
 
 @pytest.mark.parametrize("fmt", ["json", "junit"])
-def test_mutants_output_format_puts_only_that_on_stdout(repo, monkeypatch, fmt):  # noqa: F811
-    _fake_mutants(monkeypatch, {})
+def test_mutants_output_format_puts_only_that_on_stdout(workdir, monkeypatch, fmt):
+    fake_mutants(monkeypatch, {})
     result = invoke("mutants", "--device", "cpu", "--only", "dw-k-sh2", "--output-format", fmt)
     assert result.exit_code == 0
     if fmt == "json":
@@ -125,9 +118,9 @@ def test_documented_ranges_are_the_validators(table, key, accepted, refused):
 
 
 # ---- the pre-commit hook ----
-def test_the_pre_commit_hook_runs_the_check_as_pre_commit_would(repo, fake):  # noqa: F811
+def test_the_pre_commit_hook_runs_the_check_as_pre_commit_would(workdir, fake):
     """pre-commit runs `entry` plus `args` with no file names (pass_filenames: false) from the
-    repository root, in an environment where the package is installed; `pre-commit try-repo`
+    repository root, in an environment where the package is installed; `pre-commit try-workdir`
     itself needs a package index to build that environment, so this runs the same command."""
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     hook = next(h for h in hooks if h["id"] == "egf-audit-check")

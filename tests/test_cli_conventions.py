@@ -16,20 +16,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_ci_gate import fake, repo  # noqa: F401 - fixtures
-from test_cli import CODES, DOC
-from typer.testing import CliRunner
+from cli_fakes import CODES, DOC, invoke
 
-from egf_audit.cli.app import app, run_app
+from egf_audit.cli.app import run_app
 from egf_audit.cli.options import handle_termination_signals
 from egf_audit.invariants.registry import FAIL
 
 ROOT = Path(__file__).resolve().parents[1]
 N = len(CODES)  # invariants in the registry
-
-
-def invoke(*args: object):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def no_temporaries(folder: Path) -> list[str]:
@@ -46,7 +40,7 @@ def no_temporaries(folder: Path) -> list[str]:
         (["--json", "-", "--output-format", "json"], "--json and --output-format json both"),
     ],
 )
-def test_two_outputs_on_one_path_exit_2_before_anything_runs(fake, extra, message):  # noqa: F811
+def test_two_outputs_on_one_path_exit_2_before_anything_runs(fake, extra, message):
     result = invoke("run", "--device", "cpu", *extra)
     assert result.exit_code == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("egf-audit: error:")]
@@ -55,13 +49,13 @@ def test_two_outputs_on_one_path_exit_2_before_anything_runs(fake, extra, messag
     assert not DOC.exists() and not Path("x").exists()
 
 
-def test_a_symlink_to_the_document_is_the_same_path(fake, repo):  # noqa: F811
+def test_a_symlink_to_the_document_is_the_same_path(fake, workdir):
     DOC.parent.mkdir()
     os.symlink("dqn-wire-up-audit.md", "docs/link.json")
     assert invoke("run", "--device", "cpu", "--json", "docs/link.json").exit_code == 2
 
 
-def test_json_dash_prints_only_json_on_stdout(fake):  # noqa: F811
+def test_json_dash_prints_only_json_on_stdout(fake):
     result = invoke("run", "--device", "cpu", "--json", "-")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
@@ -71,7 +65,7 @@ def test_json_dash_prints_only_json_on_stdout(fake):  # noqa: F811
 
 
 @pytest.mark.parametrize("option", ["--junit", "--trace"])
-def test_junit_and_trace_dash_go_to_stdout(fake, option):  # noqa: F811
+def test_junit_and_trace_dash_go_to_stdout(fake, option):
     result = invoke("run", "--device", "cpu", option, "-")
     assert result.exit_code == 0
     if option == "--junit":
@@ -81,23 +75,23 @@ def test_junit_and_trace_dash_go_to_stdout(fake, option):  # noqa: F811
         assert lines[0]["type"] == "trace" and lines[0]["scenario"] == "sentinel"
 
 
-def test_output_format_json_and_junit(fake):  # noqa: F811
+def test_output_format_json_and_junit(fake):
     as_json = invoke("run", "--device", "cpu", "--output-format", "json")
     assert json.loads(as_json.stdout)["exit_code"] == 0
     as_junit = invoke("run", "--device", "cpu", "--output-format", "junit")
     assert ET.fromstring(as_junit.stdout).tag == "testsuites"
 
 
-def test_a_symlink_output_is_written_through_and_stays_a_link(fake, repo):  # noqa: F811
+def test_a_symlink_output_is_written_through_and_stays_a_link(fake, workdir):
     Path("real.json").write_text("old\n")
     os.symlink("real.json", "link.json")
     assert invoke("run", "--device", "cpu", "--json", "link.json").exit_code == 0
     assert os.path.islink("link.json") and os.readlink("link.json") == "real.json"
     assert json.loads(Path("real.json").read_text())["ok"] is True
-    assert no_temporaries(repo) == []
+    assert no_temporaries(workdir) == []
 
 
-def test_a_device_node_is_written_in_place(fake):  # noqa: F811
+def test_a_device_node_is_written_in_place(fake):
     assert invoke("run", "--device", "cpu", "--json", "/dev/null").exit_code == 0
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
@@ -116,7 +110,7 @@ def test_dev_stdout_is_written_in_place_not_replaced(tmp_path):
     assert os.path.islink("/dev/stdout")
 
 
-def test_a_fifo_is_written_in_place(fake, repo):  # noqa: F811
+def test_a_fifo_is_written_in_place(fake, workdir):
     os.mkfifo("pipe")
     received: list[bytes] = []
     reader = threading.Thread(target=lambda: received.append(Path("pipe").read_bytes()))
@@ -128,7 +122,7 @@ def test_a_fifo_is_written_in_place(fake, repo):  # noqa: F811
     assert ET.fromstring(received[0]).tag == "testsuites"
 
 
-def test_an_output_that_is_a_directory_leaves_every_file_as_it_was(fake, repo):  # noqa: F811
+def test_an_output_that_is_a_directory_leaves_every_file_as_it_was(fake, workdir):
     assert invoke("run", "--device", "cpu", "--junit", "j.xml").exit_code == 0
     before = DOC.read_bytes(), Path("j.xml").read_bytes()
     fake({"EGF001": FAIL})  # the next document and JUnit would differ
@@ -137,10 +131,10 @@ def test_an_output_that_is_a_directory_leaves_every_file_as_it_was(fake, repo): 
     assert result.exit_code == 3
     assert "cannot write adir: it is a directory" in result.stderr
     assert (DOC.read_bytes(), Path("j.xml").read_bytes()) == before
-    assert no_temporaries(repo) == [] and no_temporaries(DOC.parent) == []
+    assert no_temporaries(workdir) == [] and no_temporaries(DOC.parent) == []
 
 
-def test_a_replace_that_fails_puts_back_every_file_already_replaced(fake, repo, monkeypatch):  # noqa: F811
+def test_a_replace_that_fails_puts_back_every_file_already_replaced(fake, workdir, monkeypatch):
     assert invoke("run", "--device", "cpu", "--junit", "j.xml").exit_code == 0
     before = DOC.read_bytes(), Path("j.xml").read_bytes()
     fake({"EGF001": FAIL})
@@ -157,7 +151,7 @@ def test_a_replace_that_fails_puts_back_every_file_already_replaced(fake, repo, 
     result = invoke("run", "--device", "cpu", "--junit", "j.xml")
     assert result.exit_code == 3 and "No space left on device" in result.stderr
     assert (DOC.read_bytes(), Path("j.xml").read_bytes()) == before
-    assert no_temporaries(repo) == [] and no_temporaries(DOC.parent) == []
+    assert no_temporaries(workdir) == [] and no_temporaries(DOC.parent) == []
 
 
 # ---- signals ----
@@ -165,8 +159,8 @@ def test_a_replace_that_fails_puts_back_every_file_already_replaced(fake, repo, 
     ("sig", "code", "name"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP")]
 )
 def test_a_signal_while_outputs_are_staged_leaves_no_temporary(
-    fake,  # noqa: F811
-    repo,  # noqa: F811
+    fake,
+    workdir,
     monkeypatch,
     sig,
     code,
@@ -192,7 +186,7 @@ def test_a_signal_while_outputs_are_staged_leaves_no_temporary(
     assert result.stderr.splitlines()[-1] == f"egf-audit: error: interrupted ({name})"
     assert "Traceback" not in result.output
     assert DOC.read_bytes() == before and not Path("r.json").exists()
-    assert no_temporaries(repo) == [] and no_temporaries(DOC.parent) == []
+    assert no_temporaries(workdir) == [] and no_temporaries(DOC.parent) == []
 
 
 def test_sigterm_to_a_real_run_is_one_line_143_and_leaves_no_temporary(tmp_path):
@@ -262,7 +256,7 @@ def test_typer_usage_errors_are_one_line_exit_2(argv, fragment, capsys):
 
 
 @pytest.mark.parametrize("columns", ["0", "40", "200"])
-def test_a_failing_run_is_whole_at_any_width(fake, monkeypatch, columns):  # noqa: F811
+def test_a_failing_run_is_whole_at_any_width(fake, monkeypatch, columns):
     fake({"EGF007": FAIL}, summary="d_h_s2 differs at row 3 by 0.5")
     monkeypatch.setenv("COLUMNS", columns)
     result = invoke("run", "--device", "cpu")
@@ -278,13 +272,13 @@ def test_a_failing_run_is_whole_at_any_width(fake, monkeypatch, columns):  # noq
     assert "…" not in out
 
 
-def test_a_passing_run_prints_a_short_labelled_table(fake):  # noqa: F811
+def test_a_passing_run_prints_a_short_labelled_table(fake):
     result = invoke("run", "--device", "cpu")
     assert len(result.stdout.splitlines()) <= 20
     assert "fake verdict: pass" not in result.stdout  # a pass needs no summary here
 
 
-def test_auto_names_the_backend_it_picked(fake, monkeypatch):  # noqa: F811
+def test_auto_names_the_backend_it_picked(fake, monkeypatch):
     monkeypatch.setattr("egf_audit.runtime.backends.cuda_usable", lambda: (False, "no CUDA device"))
     monkeypatch.setattr("egf_audit.cli.commands.cuda_usable", lambda: (False, "no CUDA device"))
     result = invoke("run", "--json", "r.json")
@@ -293,7 +287,7 @@ def test_auto_names_the_backend_it_picked(fake, monkeypatch):  # noqa: F811
     assert json.loads(Path("r.json").read_text())["run"]["picked"] == picked
 
 
-def test_cuda_without_cupy_names_the_extra_to_install(repo, monkeypatch):  # noqa: F811
+def test_cuda_without_cupy_names_the_extra_to_install(workdir, monkeypatch):
     monkeypatch.setattr("egf_audit.runtime.backends.cuda_usable", lambda: (False, "no cupy"))
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "cupy" else 1)
     result = invoke("run", "--device", "cuda")
