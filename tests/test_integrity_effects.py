@@ -251,6 +251,16 @@ def test_sanitize_names_the_out_of_bounds_read_and_write_on_the_gpu(tmp_path):
         assert "sp14_scale_wire_col" in out.read_text()
 
 
+@pytest.mark.gpu
+def test_a_hanging_kernel_ends_the_sanitized_run_too(tmp_path):
+    """compute-sanitizer follows the kernel worker, whose watchdog still ends a hang."""
+    case = next(c for c in CASES if c.name == "hang")
+    result, out = audit_with(case, tmp_path, "--sanitize", device="cuda")  # --launch-timeout 1
+    assert result.exit_code == 1, result.output
+    assert "did not return within 1 s" in verdict_row(out)
+    assert "did not finish" not in result.stderr
+
+
 def test_the_cpu_watch_reports_changes_outside_the_boxes_in_one_call():
     """The C comparison the CPU backend runs after every launch: same answers as above."""
     first, second = gm.allocate(20, "f32"), gm.allocate(10, "i32")

@@ -67,12 +67,15 @@ def test_a_clean_report():
 
 
 def test_the_commands():
-    req = RunRequest(preset="ci", seed=3, steps=1, mode="live", kernels_dir=Path("k"))
+    req = RunRequest(
+        preset="ci", seed=3, steps=1, mode="live", kernels_dir=Path("k"), launch_timeout_s=7.0
+    )
     config = type("Config", (), {"preset": "ci", "seed": 3})()
     child = sanitizer.audit_argv(sanitize.child_args(req, config), Path("scratch/audit.md"))
     assert child == [
         sys.executable, "-m", "egf_audit", "run", "--preset", "ci", "--seed", "3", "--steps",
-        "1", "--mode", "live", "--kernels", "k", "--device", "cuda", "--out",
+        "1", "--mode", "live", "--kernels", "k", "--launch-timeout", "7.0", "--device", "cuda",
+        "--out",
         "scratch/audit.md", "--quiet",
     ]  # fmt: skip
     assert sanitizer.sanitizer_command("/cs", "initcheck", child) == [

@@ -64,7 +64,7 @@ class RunRequest:
     kernels_dir: Path | None = None
     cublas_log: bool = False  # the cuBLAS witness (CUDA only)
     output_format: str = "text"  # what stdout carries
-    launch_timeout_s: float | None = None  # the CPU worker's per-launch watchdog (None: default)
+    launch_timeout_s: float | None = None  # the kernel worker's per-launch watchdog (None: default)
     sanitize: bool = False  # the audit again under compute-sanitizer (CUDA only)
 
     def outputs(self) -> dict[str, Path | str | None]:

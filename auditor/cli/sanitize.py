@@ -30,6 +30,8 @@ def child_args(req: Any, config: Any) -> list[str]:
         args += ["--config", str(req.config_path)]
     if req.kernels_dir is not None:
         args += ["--kernels", str(req.kernels_dir)]
+    if req.launch_timeout_s is not None:  # a kernel that hangs must end the sanitized run too
+        args += ["--launch-timeout", str(req.launch_timeout_s)]
     return args
 
 

@@ -82,9 +82,10 @@ class CudaBackend:
         self.failed_kernels: dict[str, str] = {}
         self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
         # Kernels egf-audit does not ship (a --kernels source, a fault's patch) run in a worker
-        # process (cuda_worker.py): a fault there cannot end this context. Under --sanitize they
-        # run here, where compute-sanitizer watches them against each buffer's own bounds.
-        untrusted = [s for s in kernel_set.sources if s.origin != "bundled"] if GUARDED else []
+        # process (cuda_worker.py): a fault there cannot end this context, nor a hang this
+        # thread. Under --sanitize too: compute-sanitizer follows the worker, where each buffer
+        # is its own IPC-opened allocation, and the watchdog still ends a kernel that hangs.
+        untrusted = [s for s in kernel_set.sources if s.origin != "bundled"]
         self._isolated = {s.spec.name: i for i, s in enumerate(untrusted)}
         self._worker_kernels = [
             WorkerKernel(s.spec.name, s.path, s.code, s.include_dir, tuple(s.spec.params))
