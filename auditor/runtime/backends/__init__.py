@@ -39,7 +39,7 @@ def select_backend(
 ) -> Backend:
     """The backend for `--device`. `launch_timeout_s`: the per-launch watchdog of the worker that
     runs untrusted kernels (None: its default)."""
-    from egf_audit.runtime.backends.cpu_worker import DEFAULT_LAUNCH_TIMEOUT_S
+    from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
 
     timeout_s = launch_timeout_s or DEFAULT_LAUNCH_TIMEOUT_S
     check_device(device)

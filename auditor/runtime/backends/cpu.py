@@ -24,12 +24,8 @@ from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import SHIM_HEADER, KernelSpec, bundled_dir
 from egf_audit.runtime.backends import guarded_memory
 from egf_audit.runtime.backends.cpu_build import compiler, compiler_id, load_library
-from egf_audit.runtime.backends.cpu_worker import (
-    DEFAULT_LAUNCH_TIMEOUT_S,
-    KernelWorker,
-    argument_format,
-    reap_stopped,
-)
+from egf_audit.runtime.backends.cpu_worker import KernelWorker, argument_format, reap_stopped
+from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
 from egf_audit.runtime.gemm_rules import GemmRefused, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec

@@ -20,12 +20,11 @@ import struct
 import warnings
 from collections.abc import Callable, Sequence
 
+from egf_audit.runtime.backends.worker_process import describe_exit, die_with_parent
 from egf_audit.runtime.effects import LaunchFailed
 
-DEFAULT_LAUNCH_TIMEOUT_S = 120.0  # generous: the slowest kernel at prod shapes takes < 1 s
 _HEADER = struct.Struct("<HII")  # kernel index, blocks, threads
 _FORMATS = {"int": "i", "float": "d", "long long": "q"}  # doubles: ctypes rounds to fp32 as before
-_PR_SET_PDEATHSIG = 1
 _OK = b"\x00"
 
 
@@ -33,24 +32,6 @@ def argument_format(param_types: Sequence[str]) -> struct.Struct:
     return struct.Struct(
         "<" + "".join("Q" if t.endswith("*") else _FORMATS[t] for t in param_types)
     )
-
-
-def describe_signal(number: int) -> str:
-    """`crashed with SIGSEGV`: a process ended by signal `number`."""
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = f"signal {number}"
-    return f"crashed with {name}"
-
-
-def describe_exit(status: int) -> str:
-    """A wait status in words: `crashed with SIGSEGV`, `exited with status 0`."""
-    if os.WIFSIGNALED(status):
-        return describe_signal(os.WTERMSIG(status))
-    if os.WIFEXITED(status):
-        return f"exited with status {os.WEXITSTATUS(status)}"
-    return f"ended with wait status {status}"
 
 
 def _read_exactly(fd: int, count: int) -> bytes:
@@ -97,7 +78,7 @@ class KernelWorker:
         """The child's loop. It touches no torch and no lock another thread of the parent could
         have held at the fork: only os, struct and the ctypes entry points."""
         libc = ctypes.CDLL(None)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # never outlive the audit
+        die_with_parent()
         keep = sorted((receive, send))
         os.closerange(3, keep[0])  # other workers' pipes: their EOF must reach them
         os.closerange(keep[0] + 1, keep[1])

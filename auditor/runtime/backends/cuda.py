@@ -18,10 +18,10 @@ from cupy_backends.cuda.libs import cublas
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KernelSpec
-from egf_audit.runtime.backends.cpu_worker import DEFAULT_LAUNCH_TIMEOUT_S
 from egf_audit.runtime.backends.cuda_guard import GUARDED, CudaWatch, ZoneScan, guarded_zeros
 from egf_audit.runtime.backends.cuda_kernels import load_function, pack_arguments
 from egf_audit.runtime.backends.cuda_worker import GpuKernelWorker, WorkerKernel
+from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
 from egf_audit.runtime.effects import GUARD_ELEMENTS
 from egf_audit.runtime.kernel_sources import KernelSet
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
@@ -80,6 +80,9 @@ class CudaBackend:
         self._wholes: dict[int, cupy.ndarray] = {}  # each buffer with its guard zones (uint32)
         self._zones: ZoneScan | None = None  # rebuilt when the allocations change
         self.failed_kernels: dict[str, str] = {}
+        # Every source is compiled here, untrusted ones too (compiling runs none of their code):
+        # a source NVRTC refuses is refused before any scenario runs, and the worker then finds
+        # the build in CuPy's kernel cache.
         self._functions = {s.spec.name: load_function(s) for s in kernel_set.sources}
         # Kernels egf-audit does not ship (a --kernels source, a fault's patch) run in a worker
         # process (cuda_worker.py): a fault there cannot end this context, nor a hang this

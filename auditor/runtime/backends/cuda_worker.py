@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -28,11 +26,10 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 from egf_audit.errors import AuditEnvironmentError
-from egf_audit.runtime.backends.cpu_worker import describe_signal
+from egf_audit.runtime.backends.worker_process import describe_signal, die_with_parent
 from egf_audit.runtime.effects import LaunchFailed
 
 STARTUP_TIMEOUT_S = 600.0  # importing CuPy and compiling the kernels with NVRTC, cold
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -120,8 +117,7 @@ def _serve(receive: Connection, send: Connection, device: int) -> int:
 
 def main(argv: Sequence[str]) -> NoReturn:  # pragma: no cover - runs in the worker process
     read_fd, write_fd, device = (int(a) for a in argv)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # never outlive the audit
+    die_with_parent()
     os.dup2(2, 1)  # a kernel's printf goes to stderr: the audit's stdout carries the results
     receive, send = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     try:
