@@ -18,12 +18,12 @@ from egf_audit.runtime.trace import Launch
 from .convert import CaptureTrace
 from .layout import contraction
 from .verdict import (
-    FAIL,
     PASS,
     POLYAK_ULPS,
     UNDECIDED,
     CaptureVerdict,
     bits,
+    failed,
     on_dir_dx,
     sh2_of,
     window,
@@ -94,7 +94,7 @@ def check_egf005(ct: CaptureTrace) -> CaptureVerdict:
     if not polyaks:
         problems.append(f"no {POLYAK_KERNEL} launch")
     if problems:
-        return CaptureVerdict("EGF005", FAIL, f"{problems[0]} ({len(problems)} findings)", evidence)
+        return failed("EGF005", problems, evidence)
     return CaptureVerdict(
         "EGF005",
         PASS,
@@ -153,9 +153,7 @@ def check_egf006(ct: CaptureTrace) -> CaptureVerdict:
                 f"not save_h_s2"
             )
     if problems:
-        return CaptureVerdict(
-            "EGF006", FAIL, f"{problems[0]} ({len(problems)} findings)", {"problems": problems}
-        )
+        return failed("EGF006", problems, {"problems": problems})
     return CaptureVerdict(
         "EGF006",
         PASS,
@@ -196,9 +194,7 @@ def check_egf007(ct: CaptureTrace) -> CaptureVerdict:
                 problems.append(f"{where}: {x.label} reads {DIR_DX} with row stride {ld}")
     problems += _accumulate_values(ct)
     if problems:
-        return CaptureVerdict(
-            "EGF007", FAIL, f"{problems[0]} ({len(problems)} findings)", {"problems": problems[:20]}
-        )
+        return failed("EGF007", problems, {"problems": problems[:20]})
     return CaptureVerdict(
         "EGF007",
         PASS,
@@ -254,9 +250,7 @@ def check_egf008(ct: CaptureTrace) -> CaptureVerdict:
                 f"{where}: no {SCALE_KERNEL} on {DIR_DX} between its dX GEMM and its accumulate"
             )
     if problems:
-        return CaptureVerdict(
-            "EGF008", FAIL, f"{problems[0]} ({len(problems)} findings)", {"problems": problems}
-        )
+        return failed("EGF008", problems, {"problems": problems})
     return CaptureVerdict(
         "EGF008",
         PASS,

@@ -21,6 +21,7 @@ from .verdict import (
     UNDECIDED,
     CaptureVerdict,
     bits,
+    failed,
 )
 
 
@@ -113,7 +114,7 @@ def _gate_check(ct: CaptureTrace, code: str, closed: bool) -> CaptureVerdict:
     ]
     evidence = {"scale_launches": len(wanted), "steps": sorted(steps), "problems": problems[:20]}
     if problems:
-        return CaptureVerdict(code, FAIL, f"{problems[0]} ({len(problems)} findings)", evidence)
+        return failed(code, problems, evidence)
     if not wanted:
         mode = "ISV[393] = 0 (sentinel)" if closed else "ISV[393] in (0, 1] (live)"
         return CaptureVerdict(code, UNDECIDED, f"no scale launch ran with {mode}")

@@ -24,6 +24,11 @@ class CaptureVerdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+def failed(code: str, problems: list[str], evidence: dict[str, Any]) -> CaptureVerdict:
+    """FAIL, naming the first problem found and how many there are."""
+    return CaptureVerdict(code, FAIL, f"{problems[0]} ({len(problems)} findings)", evidence)
+
+
 def bits(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
 
