@@ -42,12 +42,6 @@ class CaptureTrace:
     records: list[Record] = field(default_factory=list)  # parallel to trace.launches
     sites: list[Site] = field(default_factory=list)
 
-    def position_of_seq(self, seq: int) -> int | None:
-        for i, r in enumerate(self.records):
-            if r.seq == seq:
-                return i
-        return None
-
 
 def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple) -> Binding:
     rel, rows, width, ld = box

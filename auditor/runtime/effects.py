@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 # The bit pattern every guard zone holds: a signalling NaN no kernel of the pipeline writes.
 CANARY_BITS = 0x7FA5A5A5
 GUARD_ELEMENTS = 64  # elements of canary on each side of a buffer (the CPU adds guard pages)
@@ -111,7 +109,3 @@ def _clear_box(flags: Any, box: tuple[int, int, int, int]) -> None:
     for r in range(full, rows):
         start = offset + r * ld
         flags[max(start, 0) : min(start + width, size)] = False
-
-
-def canary_block(count: int, dtype: Any = np.uint32) -> np.ndarray:
-    return np.full(count, CANARY_BITS, dtype)
