@@ -15,7 +15,16 @@ import numpy as np
 
 from egf_audit.invariants.common import count_by, in_step, json_float, listed, production, steps
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, BRANCHES, DIR_DX, SITES
+from egf_audit.runtime.contract import (
+    ACCUMULATE_KERNEL,
+    BEFORE_BACKWARD_FULL,
+    BRANCHES,
+    DIR_DX,
+    SITES,
+    STEP_START,
+    TRUNK_ENTRY,
+    site_checkpoint,
+)
 from egf_audit.runtime.trace import Missing
 
 UNIT_ROUNDOFF = 2.0**-24  # fp32
@@ -29,11 +38,11 @@ def concat_dx_buffer(d: int) -> str:
 def _first_backward_full_launch(trace, step: int, site: str):
     """The first launch after the `{site}:before_backward_full` checkpoint: backward_full's
     first launch (the audit places that checkpoint immediately before the call)."""
-    mark = trace.checkpoint(step, f"{site}:before_backward_full")
+    mark = trace.checkpoint(step, site_checkpoint(site, BEFORE_BACKWARD_FULL))
     for x in trace.launches[mark.index + 1 :]:
         if x.kind != "checkpoint":
             return x
-    raise Missing(f"nothing runs after {site}:before_backward_full (step {step})")
+    raise Missing(f"nothing runs after {site_checkpoint(site, BEFORE_BACKWARD_FULL)} (step {step})")
 
 
 def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
@@ -52,7 +61,7 @@ def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
                 "backward_full_first": first.label,
             }
         )
-    baseline = trace.buffer_snapshot(step, f"{site}:before_backward_full", "d_h_s2")
+    baseline = trace.buffer_snapshot(step, site_checkpoint(site, BEFORE_BACKWARD_FULL), "d_h_s2")
     nonzero = int(np.count_nonzero(baseline.view(np.uint32)))
     if nonzero:
         out.append(
@@ -78,8 +87,8 @@ def _recompute(run, trace, step: int, site: str) -> dict:
     holds for cuBLAS and the CPU alike with no tuned constant."""
     dims = run.config.dims
     s2 = dims.SH2
-    point = f"{site}:trunk_entry"
-    params = trace.buffer_snapshot(step, "step_start", "params")
+    point = site_checkpoint(site, TRUNK_ENTRY)
+    params = trace.buffer_snapshot(step, STEP_START, "params")
     w_v0 = trace.tensor(params, "params", "w_v0").astype(np.float64)
     w_aux = trace.tensor(params, "params", "w_aux").astype(np.float64)
     d_v_hid = _matrix(trace, step, point, "d_v_hid")

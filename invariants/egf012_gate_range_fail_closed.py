@@ -31,6 +31,7 @@ from egf_audit.runtime.contract import (
     GATE_PROBE_SCENARIO,
     ISV,
     PRELOAD_PREFIXES,
+    STEP_START,
 )
 
 NONFINITE_INPUTS = ("nan", "inf")
@@ -62,7 +63,7 @@ def _sentinel_failures(run) -> tuple[list[dict], int]:
             if x.name == "upload" and x.label.startswith("audit:"):
                 continue  # the audit forcing the gate (replays alpha=0.37, alpha=1)
             if x.name == "upload" and x.label.startswith(PRELOAD_PREFIXES[1]):
-                value = alpha(trace, x.step, "step_start")
+                value = alpha(trace, x.step, STEP_START)
                 if not is_plus_zero(value):
                     out.append(
                         {
@@ -140,7 +141,7 @@ def _probe_failures(run) -> tuple[list[dict], dict]:
 def check(run, mode: str) -> Verdict:
     trace = production(run, mode)
     failures = []
-    start = alpha(trace, steps(trace)[0], "step_start")
+    start = alpha(trace, steps(trace)[0], STEP_START)
     if not is_plus_zero(start):
         failures.append({"kind": "gate-not-zero-at-start", "alpha": json_float(start)})
     searched = 0

@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from egf_audit.runtime.contract import (
+    AFTER_ACCUMULATE,
+    AFTER_BACKWARD_FULL,
+    AFTER_SCALE,
+    BEFORE_BACKWARD_FULL,
+    site_checkpoint,
+)
 from egf_audit.runtime.trace import Launch, Trace
 
 STEPS = {
@@ -22,7 +29,7 @@ STEPS = {
 }
 SITE_TITLES = {"cql": "CQL aux call site", "main": "main online call site"}
 # the checkpoint that closes steps 1-2, 3, 4 and 5; step 6 runs to the end of the site
-BOUNDARIES = ("before_backward_full", "after_backward_full", "after_scale", "after_accumulate")
+BOUNDARIES = (BEFORE_BACKWARD_FULL, AFTER_BACKWARD_FULL, AFTER_SCALE, AFTER_ACCUMULATE)
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ def site_timeline(trace: Trace, site: str, step: int = 0) -> list[TimelineEntry]
     """Every launch of `site` at `step` with its numbered step; None when the site's
     checkpoints are missing (the trace is not a backward step)."""
     try:
-        bounds = [trace.checkpoint_index(step, f"{site}:{name}") for name in BOUNDARIES]
+        bounds = [trace.checkpoint_index(step, site_checkpoint(site, name)) for name in BOUNDARIES]
     except KeyError:
         return None
     entries = []

@@ -19,6 +19,8 @@ from egf_audit.reports.model import NOT_RUN, AuditReport
 from egf_audit.runtime.contract import (
     NON_PIPELINE_PREFIXES,
     SITES,
+    TARGET_FORWARD_BEGIN,
+    TARGET_FORWARD_END,
     WRAPPER_PREFIX,
     WRAPPER_SCENARIO,
 )
@@ -214,8 +216,8 @@ def target_net(trace: Trace) -> str:
             f"`{label}` × {n}" for label, n in sorted(writers.items())
         )
     try:
-        begin = trace.checkpoint_index(0, "forward_target:begin")
-        end = trace.checkpoint_index(0, "forward_target:end")
+        begin = trace.checkpoint_index(0, TARGET_FORWARD_BEGIN)
+        end = trace.checkpoint_index(0, TARGET_FORWARD_END)
     except KeyError:
         return f"{written} over {steps} steps; no target-forward checkpoints recorded"
     window = [x for x in trace.launches[begin + 1 : end] if x.kind != "checkpoint"]

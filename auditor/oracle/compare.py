@@ -43,7 +43,11 @@ from egf_audit.oracle.inputs import (
     read_params,
 )
 from egf_audit.runtime.contract import (
+    AFTER_BACKWARD,
+    BEFORE_POLYAK,
     BRANCHES,
+    STEP_END,
+    STEP_START,
     param_shapes,
 )
 from egf_audit.runtime.trace import Missing, Trace
@@ -202,32 +206,32 @@ def update_checks(
 ) -> list[TensorCheck]:
     """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
     hyper, rows = config.hyper, []
-    t = snaps.checkpoint_meta("before_polyak").get("adam_t")
+    t = snaps.checkpoint_meta(BEFORE_POLYAK).get("adam_t")
     if not isinstance(t, int) or t < 1:
         raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
-    grads = read_params(snaps, "after_backward", "grad_buf", config, dev)
+    grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", config, dev)
     stepped = {}
     for name, param in inputs.params.items():
-        m0 = state_like_params(snaps, "step_start", "adam_m", name, param)
-        v0 = state_like_params(snaps, "step_start", "adam_v", name, param)
+        m0 = state_like_params(snaps, STEP_START, "adam_m", name, param)
+        v0 = state_like_params(snaps, STEP_START, "adam_v", name, param)
         stepped[name], m1, v1 = model.adam(param, grads[name], m0, v0, t, hyper)
         for kind, ref in (("adam_m", m1), ("adam_v", v1)):
-            rows.append(compare(name, kind, ref, snaps.optional("before_polyak", kind, name)))
+            rows.append(compare(name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
 
-    u0 = _f64(snaps.array("step_start", "sn_state", "u_b0fc", (1, config.dims.ADV)), dev)
+    u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, config.dims.ADV)), dev)
     stepped["w_b0fc"], u1, v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
     for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
-        rows.append(compare(name, "sn", ref, snaps.optional("before_polyak", "sn_state", name)))
+        rows.append(compare(name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
 
     for name, ref in stepped.items():
-        after = snaps.optional("before_polyak", "params", name)
+        after = snaps.optional(BEFORE_POLYAK, "params", name)
         rows.append(compare(name, "param", ref, after))
         # Polyak from the pipeline's own post-step params (the reference's where they are
         # missing) and the pre-step target
         online = _f64(after, dev) if after is not None and after.shape == ref.shape else ref
         target = model.polyak(inputs.target_params[name], online, hyper.tau)
         rows.append(
-            compare(name, "target", target, snaps.optional("step_end", "target_params", name))
+            compare(name, "target", target, snaps.optional(STEP_END, "target_params", name))
         )
     return rows
 
@@ -251,7 +255,7 @@ def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
     try:
         inputs = load_inputs(snaps, config, dev)
         grads_got = {
-            name: snaps.array("after_backward", "grad_buf", name, (rows, cols))
+            name: snaps.array(AFTER_BACKWARD, "grad_buf", name, (rows, cols))
             for name, rows, cols in param_shapes(config.dims)
         }
     except Missing as exc:

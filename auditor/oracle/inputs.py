@@ -11,10 +11,13 @@ import torch
 
 from egf_audit.oracle import model
 from egf_audit.runtime.contract import (
+    AFTER_FORWARD,
+    AFTER_LOSSES,
     ALPHA_GRAD_SMOOTHED_INDEX,
     AUX_DOWN_INDEX,
     AUX_UP_INDEX,
     BRANCHES,
+    STEP_START,
     param_shapes,
 )
 from egf_audit.runtime.trace import Missing, Trace
@@ -95,44 +98,45 @@ def read_params(snaps: StepSnapshots, checkpoint: str, buffer: str, config: Any,
 
 
 def load_inputs(snaps: StepSnapshots, config: Any, dev: torch.device) -> StepInputs:
-    d, nb, start = config.dims, len(BRANCHES), "step_start"
+    d, nb = config.dims, len(BRANCHES)
     widths = {"h_s1": d.SH1, "h_s2": d.SH2, "v_hid": d.VALH}
     widths.update({f"b{b}_hid": d.ADV for b in range(nb)})
     activations, aux_softmax, obs, context = {}, {}, {}, {}
     for net, (pre, softmax, obs_name, ctx) in NETS.items():
         activations[net] = {
-            layer: snaps.array("after_forward", f"{pre}_{layer}", shape=(d.B, widths[layer]))
+            layer: snaps.array(AFTER_FORWARD, f"{pre}_{layer}", shape=(d.B, widths[layer]))
             for layer in model.RELU_LAYERS
         }
-        aux_softmax[net] = snaps.array("after_forward", softmax, shape=(d.B, d.AUXK))
-        obs[obs_name] = _f64(snaps.array(start, obs_name, shape=(d.B, d.OBS)), dev)
+        aux_softmax[net] = snaps.array(AFTER_FORWARD, softmax, shape=(d.B, d.AUXK))
+        obs[obs_name] = _f64(snaps.array(STEP_START, obs_name, shape=(d.B, d.OBS)), dev)
         context[ctx] = [None] + [
-            _f64(snaps.array(start, f"{ctx}_b{b}", shape=(d.B, d.E[b])), dev) for b in range(1, nb)
+            _f64(snaps.array(STEP_START, f"{ctx}_b{b}", shape=(d.B, d.E[b])), dev)
+            for b in range(1, nb)
         ]
-    actions = snaps.array(start, "actions", shape=(d.B, nb))
+    actions = snaps.array(STEP_START, "actions", shape=(d.B, nb))
     for b in range(nb):
         _indices(actions[:, b], d.A[b], f"actions[:, {b}]", dev)
-    labels = snaps.array(start, "aux_label", shape=(d.B, 1))[:, 0]
+    labels = snaps.array(STEP_START, "aux_label", shape=(d.B, 1))[:, 0]
     batch = model.StepBatch(
         actions=_indices(actions, max(d.A), "actions", dev),
-        reward=_f64(snaps.array(start, "reward", shape=(d.B, 1))[:, 0], dev),
-        done=_f64(snaps.array(start, "done", shape=(d.B, 1))[:, 0], dev),
+        reward=_f64(snaps.array(STEP_START, "reward", shape=(d.B, 1))[:, 0], dev),
+        done=_f64(snaps.array(STEP_START, "done", shape=(d.B, 1))[:, 0], dev),
         aux_label=_indices(labels, d.AUXK, "aux_label", dev),
     )
-    isv = snaps.array("after_losses", "isv_signals").ravel()
+    isv = snaps.array(AFTER_LOSSES, "isv_signals").ravel()
     if isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
         raise Missing("isv_signals at after_losses is shorter than ISV[393]")
     return StepInputs(
-        params=read_params(snaps, start, "params", config, dev),
-        target_params=read_params(snaps, start, "target_params", config, dev),
+        params=read_params(snaps, STEP_START, "params", config, dev),
+        target_params=read_params(snaps, STEP_START, "target_params", config, dev),
         obs=obs,
         context=context,
         activations=activations,
         aux_softmax=aux_softmax,
         target_q=[
-            snaps.array("after_forward", f"tgt_q_b{b}", shape=(d.B, d.A[b])) for b in range(nb)
+            snaps.array(AFTER_FORWARD, f"tgt_q_b{b}", shape=(d.B, d.A[b])) for b in range(nb)
         ],
-        td_argmax=snaps.array("after_losses", "td_argmax", shape=(d.B, nb)).astype(np.int64),
+        td_argmax=snaps.array(AFTER_LOSSES, "td_argmax", shape=(d.B, nb)).astype(np.int64),
         batch=batch,
         alpha=float(np.float32(isv[ALPHA_GRAD_SMOOTHED_INDEX])),
     )

@@ -17,11 +17,20 @@ from egf_audit.pipeline.gemm import gemm_colsum, gemm_dw, gemm_dx
 from egf_audit.pipeline.instance import Probes, TrainerInstance
 from egf_audit.pipeline.wiring import BackwardEntry, ScaleTarget, Width
 from egf_audit.runtime.contract import (
+    AFTER_ACCUMULATE,
+    AFTER_BACKWARD_FULL,
+    AFTER_INJECT,
+    AFTER_SCALE,
     ALPHA_GRAD_SMOOTHED_INDEX,
+    AUX_AFTER_WIRE,
+    AUX_BEFORE_WIRE,
     AUX_DOWN_INDEX,
     AUX_UP_INDEX,
+    BEFORE_BACKWARD_FULL,
     BRANCHES,
     NONFINITE_PATTERN,
+    TRUNK_ENTRY,
+    site_checkpoint,
 )
 
 
@@ -47,14 +56,18 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
     # 2. the value-FC dX accumulates into d_h_s2 with beta = 1: give it a zero baseline
     if w.zero_d_h_s2:
         rec.memset_zero(f"zero_d_h_s2@{site}", p.ptr("d_h_s2"), B * S2)
-    rec.checkpoint(f"{site}:before_backward_full", ["sp14_dir_qaux_concat_scratch", "d_h_s2"])
+    rec.checkpoint(
+        site_checkpoint(site, BEFORE_BACKWARD_FULL), ["sp14_dir_qaux_concat_scratch", "d_h_s2"]
+    )
 
     # 3.
     if site == "main" and w.main_site_backward is BackwardEntry.WRAPPER:
         backward_full(p, site, f"dq_{site}", 0, 0)
     else:
         backward_full(p, site, f"dq_{site}", concat, d_concat)
-    rec.checkpoint(f"{site}:after_backward_full", ["sp14_d_dir_qaux_concat", "d_h_s2", "grad_buf"])
+    rec.checkpoint(
+        site_checkpoint(site, AFTER_BACKWARD_FULL), ["sp14_d_dir_qaux_concat", "d_h_s2", "grad_buf"]
+    )
     if probes.inject_wire_nonfinite:
         values = np.resize(NONFINITE_PATTERN, B)
         rec.upload(
@@ -63,7 +76,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
             values,
             stride=S2 + 1,
         )
-        rec.checkpoint(f"{site}:after_inject", ["sp14_d_dir_qaux_concat"])
+        rec.checkpoint(site_checkpoint(site, AFTER_INJECT), ["sp14_d_dir_qaux_concat"])
 
     # 4. ---- the wire gate: scale d_dir_qaux_concat[:, SH2] by ISV[393], after dW and dX ----
     if site in w.scale_sites and w.scale_target is not ScaleTarget.NONE:
@@ -82,7 +95,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
             wire_col=S2 + w.scale_col_offset,
             isv_index=ALPHA_GRAD_SMOOTHED_INDEX,
         )
-    rec.checkpoint(f"{site}:after_scale", ["sp14_d_dir_qaux_concat", "grad_buf"])
+    rec.checkpoint(site_checkpoint(site, AFTER_SCALE), ["sp14_d_dir_qaux_concat", "grad_buf"])
 
     # 5. d_h_s2 += d_concat_d[:, :SH2] for every branch; the wire column stays in d_concat
     for b in range(len(BRANCHES)):
@@ -99,7 +112,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
             sh2=S2,
             ld_concat=ld,
         )
-    rec.checkpoint(f"{site}:after_accumulate", ["d_h_s2"])
+    rec.checkpoint(site_checkpoint(site, AFTER_ACCUMULATE), ["d_h_s2"])
 
     # 6. aux head: CE gradient (main site only), plus the gated wire gradient
     if site == "main":
@@ -115,7 +128,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
         )
     else:
         rec.memset_zero(f"zero_d_aux_logits@{site}", p.ptr("d_aux_logits"), B * d.AUXK)
-    rec.checkpoint(f"{site}:aux_before_wire", ["d_aux_logits"])
+    rec.checkpoint(site_checkpoint(site, AUX_BEFORE_WIRE), ["d_aux_logits"])
     rec.kernel(
         f"aux_wire_backward@{site}",
         "aux_wire_backward",  # writes d_aux_logits (+=)
@@ -129,7 +142,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
         up_idx=AUX_UP_INDEX,
         down_idx=AUX_DOWN_INDEX,
     )
-    rec.checkpoint(f"{site}:aux_after_wire", ["d_aux_logits"])
+    rec.checkpoint(site_checkpoint(site, AUX_AFTER_WIRE), ["d_aux_logits"])
     ones = p.ptr("ones_b")
     gemm_colsum(
         rec, f"backward_aux_db@{site}", p.goff("b_aux"), p.ptr("d_aux_logits"), ones, B, d.AUXK
@@ -162,7 +175,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
         beta=1.0,
     )
     rec.checkpoint(
-        f"{site}:trunk_entry",
+        site_checkpoint(site, TRUNK_ENTRY),
         [
             "d_h_s2",
             "d_v_hid",

@@ -14,7 +14,19 @@ import numpy as np
 from egf_audit.pipeline import forward, update
 from egf_audit.pipeline.call_site import call_site
 from egf_audit.pipeline.instance import NO_PROBES, Probes, TrainerInstance
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES, PERSISTENT
+from egf_audit.runtime.contract import (
+    AFTER_BACKWARD,
+    AFTER_FORWARD,
+    AFTER_LOSSES,
+    ALPHA_GRAD_SMOOTHED_INDEX,
+    BEFORE_POLYAK,
+    BRANCHES,
+    PERSISTENT,
+    STEP_END,
+    STEP_START,
+    TARGET_FORWARD_BEGIN,
+    TARGET_FORWARD_END,
+)
 
 MODES = ("sentinel", "live")
 
@@ -33,13 +45,13 @@ class SP14Pipeline(TrainerInstance):
         if upload_batch:
             for name, values in self.make_batch(t).items():
                 rec.upload(f"batch:{name}", self.ptr(name), values)
-        rec.checkpoint("step_start", [*PERSISTENT, *self.make_batch_names()], adam_t=self.adam_t)
+        rec.checkpoint(STEP_START, [*PERSISTENT, *self.make_batch_names()], adam_t=self.adam_t)
 
         forward.forward(self, "online")
-        rec.checkpoint("forward_target:begin", [])
+        rec.checkpoint(TARGET_FORWARD_BEGIN, [])
         forward.forward(self, "target")
-        rec.checkpoint("forward_target:end", [])
-        rec.checkpoint("after_forward", forward.saved_activations(self))
+        rec.checkpoint(TARGET_FORWARD_END, [])
+        rec.checkpoint(AFTER_FORWARD, forward.saved_activations(self))
 
         forward.losses(self)
         if mode == "live":
@@ -52,7 +64,7 @@ class SP14Pipeline(TrainerInstance):
                 np.array([probes.force_alpha], np.float32),
             )
         rec.checkpoint(
-            "after_losses",
+            AFTER_LOSSES,
             [
                 "isv_signals",
                 "td_target",
@@ -65,12 +77,12 @@ class SP14Pipeline(TrainerInstance):
         rec.memset_zero("zero_grad_buf", self.ptr("grad_buf"), self.layout.buffer("grad_buf").size)
         for site in ("cql", "main"):
             call_site(self, site, probes)
-        rec.checkpoint("after_backward", ["grad_buf"])
+        rec.checkpoint(AFTER_BACKWARD, ["grad_buf"])
 
         self.adam_t += 1
         update.adam(self)
         update.spectral_norm(self)
-        rec.checkpoint("before_polyak", list(PERSISTENT), adam_t=self.adam_t)
+        rec.checkpoint(BEFORE_POLYAK, list(PERSISTENT), adam_t=self.adam_t)
         update.polyak(self)
-        rec.checkpoint("step_end", ["params", "target_params"])
+        rec.checkpoint(STEP_END, ["params", "target_params"])
         self.step_index += 1
