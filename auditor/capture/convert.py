@@ -8,39 +8,20 @@ bound to the named buffer it lands in, or to none.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.capture_model import (
+    CaptureLayout,
+    CaptureTrace,
+    ProcessCapture,
+    Record,
+    Site,
+)
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SITES, at_site
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
-from .events import ProcessCapture, Record
-from .layout import CaptureLayout
-
 KINDS = {"kernel": "kernel", "sgemm": "sgemm", "gemm": "sgemm", "memset": "memset", "copy": "copy"}
-
-
-@dataclass
-class Site:
-    """One backward_full call site of one step: its launches run from `begin` (the first
-    launch after the previous site, or the step's first) to `end` (its last accumulate)."""
-
-    name: str
-    step: int
-    begin: int  # positions in CaptureTrace.trace.launches
-    first_accumulate: int
-    end: int
-
-
-@dataclass
-class CaptureTrace:
-    trace: Trace
-    layout: CaptureLayout
-    process: ProcessCapture
-    records: list[Record] = field(default_factory=list)  # parallel to trace.launches
-    sites: list[Site] = field(default_factory=list)
 
 
 def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple) -> Binding:

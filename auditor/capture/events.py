@@ -12,7 +12,6 @@ import gzip
 import json
 import re
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from egf_audit.errors import UsageError
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.capture_model import ProcessCapture, Record, SnapshotRegion
 
 EVENTS_GLOB = "events-*.jsonl*"  # .jsonl as written, .jsonl.gz as committed fixtures keep it
 _CALL = re.compile(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(")
@@ -27,47 +27,6 @@ _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")
 _HEX = re.compile(r"HEX:(?:0x)?0x([0-9a-fA-F]+)")
 GEMM_INTS = ("m", "n", "k", "lda", "ldb", "ldc")
-
-
-@dataclass(frozen=True)
-class Record:
-    """One captured call, in the process's program order."""
-
-    seq: int
-    kind: str  # "kernel", "sgemm", "gemm" (another cuBLAS GEMM), "memset", "copy", "alloc"
-    name: str  # kernel symbol, cuBLAS function, or the kind
-    api: str  # the driver/runtime/cuBLAS entry point
-    args: dict[str, Any]
-    decoded: bool = True  # kernels: parameters named from egf-audit's kernel table
-
-
-@dataclass(frozen=True)
-class Region:
-    """One snapshotted region around a launch: its hash over every element, and the values of
-    the first `values.size` elements (the body of a concat keeps its hash only)."""
-
-    launch: int
-    when: str  # "before", "after", "step_start"
-    region: str  # "wire", "body", "alpha", "d_h_s2", "d_concat", "target", "online"
-    ptr: int
-    elements: int
-    hash: str
-    values: np.ndarray
-
-
-@dataclass
-class ProcessCapture:
-    pid: int
-    init: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-    records: list[Record] = field(default_factory=list)
-    snapshots: list[Region] = field(default_factory=list)
-
-    def kernels(self, name: str | None = None) -> list[Record]:
-        return [r for r in self.records if r.kind == "kernel" and (name is None or r.name == name)]
-
-    def regions(self, launch: int, when: str) -> dict[str, Region]:
-        return {s.region: s for s in self.snapshots if s.launch == launch and s.when == when}
 
 
 def _decode_params(name: str, raw: list[list[int]] | None) -> tuple[dict[str, Any], bool]:
@@ -192,7 +151,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                 start, count = event["offset"], event["count"]
                 values = np.frombuffer(blob, np.float32, count, start) if count else np.empty(0)
                 proc.snapshots.append(
-                    Region(
+                    SnapshotRegion(
                         event["launch"],
                         event["when"],
                         event["region"],

@@ -18,14 +18,13 @@ the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from egf_audit.errors import UsageError
+from egf_audit.runtime.capture_model import Buffer, CaptureLayout, ProcessCapture, Record
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     CONCAT_KERNEL,
@@ -38,8 +37,6 @@ from egf_audit.runtime.contract import (
 )
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
-from .events import ProcessCapture, Record
-
 FORMAT = "egf-audit-layout/1"
 LAYOUT_FILE = "layout.json"
 
@@ -50,76 +47,6 @@ def layout_in(folder: Path) -> Path | None:
         if (Path(folder) / name).exists():
             return Path(folder) / name
     return None
-
-
-@dataclass
-class Buffer:
-    name: str
-    base: int  # device address
-    size: int  # elements
-    tensors: dict[str, tuple[int, int, int]]  # name -> (offset, rows, cols)
-    source: str  # how it was named
-    shaped: bool = True  # False: its one tensor is the whole flat buffer, a placeholder
-
-    def contains(self, ptr: int) -> bool:
-        return self.base <= ptr < self.base + self.size * ELEMENT_BYTES
-
-
-@dataclass
-class CaptureLayout:
-    buffers: dict[str, Buffer] = field(default_factory=dict)
-    dims: dict[str, Any] = field(default_factory=dict)
-    from_file: bool = False
-    _by_base: list[Buffer] | None = field(default=None, repr=False)
-    _bases: list[int] = field(default_factory=list, repr=False)
-
-    def add(self, buffer: Buffer) -> None:
-        self.buffers.setdefault(buffer.name, buffer)
-        self._by_base = None
-
-    def resolve(self, ptr: int) -> tuple[Buffer, int] | None:
-        """The innermost named buffer holding `ptr`, and the element offset into it. Buffers
-        nest (a tensor's own name inside a flat buffer) but never partly overlap, so the
-        holder with the highest base at or below `ptr` is the innermost."""
-        if self._by_base is None:
-            self._by_base = sorted(self.buffers.values(), key=lambda b: (b.base, -b.size))
-            self._bases = [b.base for b in self._by_base]
-        i = bisect.bisect_right(self._bases, ptr) - 1
-        while i >= 0 and not self._by_base[i].contains(ptr):
-            i -= 1
-        if i < 0:
-            return None
-        inner = self._by_base[i]
-        byte_offset = ptr - inner.base
-        if byte_offset % ELEMENT_BYTES:
-            return None
-        return inner, byte_offset // ELEMENT_BYTES
-
-    def tensor_at(self, buffer: Buffer, offset: int) -> tuple[str, tuple[int, int, int]] | None:
-        """The named tensor of `buffer` holding element `offset` (never a placeholder)."""
-        for name, (t_offset, rows, cols) in buffer.tensors.items():
-            if not buffer.shaped and name == buffer.name:
-                continue
-            if t_offset <= offset < t_offset + rows * cols:
-                return name, (t_offset, rows, cols)
-        return None
-
-    def as_trace_layout(self) -> dict[str, Any]:
-        """The form `Trace.layout` has: buffer -> dtype, size, tensors."""
-        return {
-            b.name: {
-                "dtype": "f32",
-                "size": b.size,
-                "tensors": {k: list(v) for k, v in b.tensors.items()},
-            }
-            for b in self.buffers.values()
-        }
-
-    def naming(self) -> list[dict[str, Any]]:
-        return [
-            {"buffer": b.name, "elements": b.size, "named_by": b.source}
-            for b in sorted(self.buffers.values(), key=lambda b: b.name)
-        ]
 
 
 # ---- the layout file ----

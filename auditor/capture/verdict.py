@@ -7,10 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from egf_audit.runtime.capture_model import CaptureTrace, Site
 from egf_audit.runtime.contract import DIR_DX
 from egf_audit.runtime.trace import Launch
-
-from .convert import CaptureTrace, Site
 
 PASS, FAIL, UNDECIDED = "pass", "fail", "undecided"
 POLYAK_ULPS = 2
