@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from egf_audit.invariants.common import mode_traces
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
+from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.runtime.recorder import gemm_operand_boxes
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Binding, Launch, Trace
 
 GEMM_ARGS = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc")
@@ -129,6 +132,132 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+# ---- the same invariant on a capture of the trainer's process ----
+def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
+    """The seed's bug read off the arguments alone, no buffer named: an operand that spans SH2
+    columns with row stride SH2 + 1 (K = SH2 against a leading dimension of SH2 + 1)."""
+    if sh2 is None or not all(k in x.args for k in GEMM_ARGS):
+        return None
+    a = x.args
+    boxes = gemm_operand_boxes(*(a[k] for k in GEMM_ARGS))
+    for role, (rows, width, ld) in boxes.items():
+        if rows > 1 and ld == sh2 + 1 and width == sh2:
+            return f"operand {role} spans {sh2} columns with row stride {sh2 + 1} (K = SH2)"
+    return None
+
+
+def _allocation_problem(ct: CaptureTrace, pointer: object, last: int) -> str | None:
+    """Why `last` elements from `pointer` leave the allocation holding it (cuMemAlloc records),
+    or None (inside, or in no recorded allocation: then nothing is known)."""
+    if not isinstance(pointer, int):
+        return None
+    for base, size in ct.allocations:
+        if base <= pointer < base + size:
+            end = pointer + last * ELEMENT_BYTES
+            if end > base + size:
+                return f"reaches {end - base - size} bytes past the end of its allocation"
+            return None
+    return None
+
+
+def _capture_operand_problem(ct: CaptureTrace, b: Binding) -> str | None:
+    """The rebuild's operand rule where the capture named the operand's tensor; a flat
+    allocation the layout gives no shape is judged by its span of the allocation only."""
+    if b.region is None:
+        return _allocation_problem(ct, b.pointer, b_extent(b))
+    buffer = ct.layout.buffers.get(b.region.buffer)
+    if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
+        return None
+    return _extent_problem(b)
+
+
+def b_extent(b: Binding) -> int:
+    """Elements from the operand's pointer to one past its last element."""
+    return 0 if b.region is None else b.region.last - b.region.offset
+
+
+def _undecided_operand(ct: CaptureTrace, b: Binding) -> bool:
+    return b.region is None
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """What the capture shows of EGF001: every GEMM's operands against the tensors the layout
+    (or inference) names, with the same rule as the rebuild; an operand in a shape-less
+    allocation by its span of it; the K = SH2 signature wherever SH2 is known; every kernel,
+    memset and copy region inside its buffer and allocation. UNDECIDED only for GEMMs whose
+    operands no layout names (listed): give a layout file to decide them."""
+    sh2 = ct.dim("SH2")
+    gemms = list(ct.trace.sgemms())
+    if not gemms:
+        return failed("the process recorded no cuBLAS GEMM at all", gemms=0)
+    bad: list[dict[str, Any]] = []
+    unnamed: list[dict[str, Any]] = []
+    for x in gemms:
+        facts = {"launch": x.index, "step": x.step, "label": x.label}
+        facts |= {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
+        if not x.bindings:
+            unnamed.append(
+                facts | {"why": f"{x.args.get('api', 'GEMM')}: its operands are not bound"}
+            )
+            continue
+        problem = k_sh2_signature(x, sh2)
+        for b in x.bindings:
+            if problem is None and (p := _capture_operand_problem(ct, b)) is not None:
+                problem = f"operand {b.role} {p}"
+        if problem is not None:
+            bad.append(facts | {"problem": problem})
+        elif any(_undecided_operand(ct, b) for b in x.bindings):
+            roles = [b.role for b in x.bindings if _undecided_operand(ct, b)]
+            unnamed.append(facts | {"why": f"operands {', '.join(roles)} land in no named buffer"})
+    bad_launches = []
+    for x in ct.trace.launches:
+        if x.kind == "sgemm":
+            continue
+        for b in x.bindings:
+            if b.region is not None and not b.in_bounds:
+                problem = f"touches elements up to {b.region.last} of {b.region.buffer}"
+            else:
+                problem = _allocation_problem(ct, b.pointer, b_extent(b))
+            if problem is not None:
+                bad_launches.append(
+                    {"launch": x.index, "step": x.step, "label": x.label, "operand": b.role}
+                    | {"problem": problem}
+                )
+                break
+    counts = {
+        "gemms": len(gemms),
+        "gemms_decided": len(gemms) - len(unnamed),
+        "undecided_gemms": unnamed[:MAX_LISTED_CAPTURE],
+        "undecided_total": len(unnamed),
+    }
+    if bad or bad_launches:
+        first = (bad or bad_launches)[0]
+        return failed(
+            f"{first['label']} (launch {first['launch']}): {first['problem']} "
+            f"({len(bad)} GEMMs, {len(bad_launches)} other launches offend)",
+            first=first,
+            offending_gemms=bad[:MAX_LISTED_CAPTURE],
+            offending_launches=bad_launches[:MAX_LISTED_CAPTURE],
+            **counts,
+        )
+    if unnamed:
+        first = unnamed[0]
+        return undecided(
+            f"{len(unnamed)} of {len(gemms)} GEMMs cannot be judged: {first['why']} (first: "
+            f"{first['label']}, launch {first['launch']}); the other {len(gemms) - len(unnamed)} "
+            "span their tensors",
+            **counts,
+        )
+    return passed(
+        f"{len(gemms)} GEMMs span every operand's full tensor (or its allocation), none reads "
+        "SH2 columns of a row stride SH2 + 1; kernel, memset and copy regions stay in bounds",
+        **counts,
+    )
+
+
+MAX_LISTED_CAPTURE = 20
+
+
 INVARIANT = Invariant(
     code="EGF001",
     slug="gemm-k-matches-lda",
@@ -166,4 +295,5 @@ INVARIANT = Invariant(
     ),
     check=check,
     reads=("launches",),
+    capture=check_capture,
 )

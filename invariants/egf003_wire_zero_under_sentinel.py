@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from egf_audit.invariants.capture_common import ScaleView, dims_of, named, scale_views, zeros_hash
 from egf_audit.invariants.common import (
     alpha_at,
     bit_mismatch,
@@ -17,7 +18,16 @@ from egf_audit.invariants.common import (
     json_float,
     steps,
 )
-from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_at_sites, passed
+from egf_audit.invariants.egf008_both_call_sites_gated import scale_problems
+from egf_audit.invariants.registry import (
+    Invariant,
+    Verdict,
+    failed,
+    failed_at_sites,
+    failed_with,
+    passed,
+    undecided,
+)
 from egf_audit.runtime.contract import (
     AFTER_INJECT,
     AFTER_SCALE,
@@ -25,12 +35,14 @@ from egf_audit.runtime.contract import (
     AUX_BEFORE_WIRE,
     DIR_DX,
     NONFINITE_PATTERN,
+    SCALE_KERNEL,
     SITES,
     site_checkpoint,
 )
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Trace
 
 
@@ -126,6 +138,56 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+def gate_problems(ct: CaptureTrace, views: list[ScaleView]) -> list[str]:
+    """What every scale launch must show before its values mean anything, whatever its gate:
+    the contract's arguments (EGF008's rule, so the snapshot is of the wire column SH2 of
+    [B, SH2 + 1]) and its own snapshots. EGF003 and EGF004 both report these."""
+    d = dims_of(ct)
+    problems = []
+    for v in views:
+        for p in scale_problems(v.launch, d.B, d.SH2):
+            problems.append(f"{named(v.launch)}: {p}, so its snapshot is not of the wire")
+        problems += [f"{named(v.launch)}: {p}" for p in v.problems]
+    return problems
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """Every scale launch whose snapshot shows ISV[393] = 0.0: the wire column after it is +0.0
+    on every row, by the hash the recorder took over all rows and by every value it kept, and
+    the other columns' hash is unchanged. A scale without snapshots, or whose arguments or
+    snapshot are not the contract's wire, fails; UNDECIDED only when no scale launch was
+    snapshotted at all, or none ran with the gate at 0 (a live-mode capture). What the aux
+    head receives is not captured (the rebuild decides that part)."""
+    views = scale_views(ct)
+    if not views:
+        return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
+    if not any(v.alpha is not None or v.wire_after is not None for v in views):
+        return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
+    problems = gate_problems(ct, views)
+    closed = [v for v in views if v.alpha is not None and v.alpha == 0.0]
+    for v in closed:
+        if v.wire_after is None:
+            continue
+        at = named(v.launch)
+        wire = v.wire_after
+        if wire.hash != zeros_hash(wire.elements):
+            problems.append(f"{at}: ISV[393] = 0 but the wire column is not +0.0 on every row")
+        elif (bits(wire.values) != 0).any():
+            problems.append(f"{at}: ISV[393] = 0 but kept wire values are not +0.0")
+        if v.body_same is False:
+            problems.append(f"{at}: the scale changed columns other than the wire")
+    evidence = {"scale_launches": len(views), "gate_zero_launches": len(closed)}
+    if problems:
+        return failed_with(problems, **evidence)
+    if not closed:
+        return undecided("no scale launch ran with ISV[393] = 0.0 (a live-mode capture)")
+    return passed(
+        f"{len(closed)} scale launches with ISV[393] = 0.0: the wire column is +0.0 on every "
+        "row (hash over all rows) and the other columns untouched",
+        **evidence,
+    )
+
+
 INVARIANT = Invariant(
     code="EGF003",
     slug="wire-zero-under-sentinel",
@@ -165,4 +227,5 @@ INVARIANT = Invariant(
         "poisons the aux head."
     ),
     check=check,
+    capture=check_capture,
 )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from egf_audit.invariants.capture_common import all_values, named, scale_views
 from egf_audit.invariants.common import (
     alpha_at,
     bit_mismatch,
@@ -16,12 +17,22 @@ from egf_audit.invariants.common import (
     json_float,
     steps,
 )
-from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_at_sites, passed
+from egf_audit.invariants.egf003_wire_zero_under_sentinel import gate_problems
+from egf_audit.invariants.registry import (
+    Invariant,
+    Verdict,
+    failed,
+    failed_at_sites,
+    failed_with,
+    passed,
+    undecided,
+)
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD_FULL,
     AFTER_INJECT,
     AFTER_SCALE,
     DIR_DX,
+    SCALE_KERNEL,
     SITES,
     site_checkpoint,
 )
@@ -29,7 +40,14 @@ from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Trace
+
+
+def gated(alpha: np.float32, g: np.ndarray) -> np.ndarray:
+    """What the scale must leave in the wire: one fp32 multiply, exactly what the kernel
+    computes (the rebuild and the capture compare bits with this)."""
+    return np.float32(alpha) * np.asarray(g, dtype=np.float32)
 
 
 def _upstream(trace: Trace, step: int, site: str) -> np.ndarray:
@@ -49,7 +67,7 @@ def _site_findings(
     scaled = trace.snapshot(step, site_checkpoint(site, AFTER_SCALE), DIR_DX)
     found: dict[str, Any] = {"problems": []}
     g = upstream[:, sh2]
-    expected = alpha * g  # one fp32 multiply, exactly what the kernel computes
+    expected = gated(alpha, g)
     wrong = bit_mismatch(scaled[:, sh2], expected)
     if wrong.any():
         row = first_index(wrong)[0]
@@ -98,6 +116,45 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """Every scale launch whose snapshot shows 0 < ISV[393] <= 1: the wire after it is
+    fl(alpha * g) bitwise on every row (all values are needed: a capture cut short by
+    --values-max is missing data) and the other columns' hash is unchanged. Scales whose
+    arguments or snapshots are not the contract's wire fail as in EGF003. UNDECIDED only when no
+    scale was snapshotted, or none ran with an open gate (a sentinel-mode capture)."""
+    views = scale_views(ct)
+    if not views:
+        return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
+    if not any(v.alpha is not None or v.wire_after is not None for v in views):
+        return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
+    problems = gate_problems(ct, views)
+    open_ = [v for v in views if v.alpha is not None and 0.0 < v.alpha <= 1.0]
+    for v in open_:
+        if v.wire_before is None or v.wire_after is None:
+            continue
+        at = named(v.launch)
+        try:
+            g = all_values(v.wire_before, f"the wire before {at}")
+            got = all_values(v.wire_after, f"the wire after {at}")
+        except Missing as exc:  # judge every other launch still
+            problems.append(f"missing data: {exc}")
+            continue
+        if g.size != got.size or bit_mismatch(got, gated(v.alpha, g)).any():
+            problems.append(f"{at}: the wire is not fl(alpha * g) bitwise")
+        if v.body_same is False:
+            problems.append(f"{at}: the scale changed columns other than the wire")
+    evidence = {"scale_launches": len(views), "open_gate_launches": len(open_)}
+    if problems:
+        return failed_with(problems, **evidence)
+    if not open_:
+        return undecided("no scale launch ran with 0 < ISV[393] <= 1 (a sentinel-mode capture)")
+    return passed(
+        f"{len(open_)} scale launches with 0 < ISV[393] <= 1: the wire column is fl(alpha * g) "
+        "bitwise on every row and the other columns untouched",
+        **evidence,
+    )
+
+
 INVARIANT = Invariant(
     code="EGF004",
     slug="wire-gated-proportional",
@@ -130,4 +187,5 @@ INVARIANT = Invariant(
         " keeps g unscaled and column SH2 - 1 of d_h_s2's source shrinks to 0.37 of itself."
     ),
     check=check,
+    capture=check_capture,
 )

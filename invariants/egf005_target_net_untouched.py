@@ -7,6 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from egf_audit.invariants.capture_common import (
+    all_values,
+    certainly_writes,
+    may_write,
+    named,
+    pointer_problem,
+    regions,
+)
 from egf_audit.invariants.common import (
     bit_mismatch,
     first_index,
@@ -14,7 +22,7 @@ from egf_audit.invariants.common import (
     mode_traces,
     tensor_of_element,
 )
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD,
     AFTER_LOSSES,
@@ -27,9 +35,11 @@ from egf_audit.runtime.contract import (
     TARGET_FORWARD_BEGIN,
     TARGET_FORWARD_END,
 )
+from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Launch, Trace
 
 MAX_POLYAK_ULP = 2
@@ -216,6 +226,162 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+# ---- the same invariant on a capture of the trainer's process ----
+def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> list[str]:
+    """polyak_ema(target, online, tau, n) held to the contract: target is the start of
+    target_params, online the start of params, n the whole net (both buffers' size, and the
+    layout's parameter table where it gives one), tau the layout's tau where it gives one."""
+    problems = [
+        p
+        for p in (
+            pointer_problem(ct, x, "target", TARGET),
+            pointer_problem(ct, x, "online", "params"),
+        )
+        if p is not None
+    ]
+    sizes = {ct.layout.buffers[TARGET].size, ct.layout.buffers["params"].size}
+    if net is not None:
+        sizes.add(net)
+    if len(sizes) != 1 or x.args.get("n") not in sizes:
+        problems.append(f"n = {x.args.get('n')}, the whole net is {sorted(sizes)} elements")
+    tau, expected = x.args.get("tau"), ct.layout.dims.get("tau")
+    if expected is not None and np.float32(tau) != np.float32(expected):
+        problems.append(f"tau = {tau}, the layout's tau is {expected}")
+    elif not (isinstance(tau, float) and 0.0 < tau < 1.0):
+        problems.append(f"tau = {tau}, not in (0, 1)")
+    return problems
+
+
+def _net_elements(ct: CaptureTrace) -> int | None:
+    """The parameter table's extent, where the layout file gives one (param_offsets)."""
+    params = ct.layout.buffers.get("params")
+    if params is None or not ct.layout.from_file or not params.shaped:
+        return None
+    ends = [offset + rows * cols for offset, rows, cols in params.tensors.values()]
+    return max(ends) if ends and "params" not in params.tensors else None
+
+
+def _snapshot_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bool]:
+    """(problems, snapshotted) of one Polyak launch's own snapshots, values included."""
+    before, after = regions(ct, x, "before"), regions(ct, x, "after")
+    if not before and not after:
+        return [], False
+    n, at = x.args.get("n"), named(x)
+    problems = []
+    for when, got, names in (
+        ("before", before, ("target", "online")),
+        ("after", after, ("target",)),
+    ):
+        for name in names:
+            r = got.get(name)
+            if r is None:
+                problems.append(f"{at}: no {when} snapshot of {name}")
+            elif (r.ptr, r.elements) != (x.args.get(name), n):
+                problems.append(f"{at}: its {when} snapshot of {name} is not the launch's region")
+    if problems:
+        return problems, True
+    online = all_values(before["online"], f"params before {at}")
+    start = all_values(before["target"], f"target_params before {at}")
+    end = all_values(after["target"], f"target_params after {at}")
+    ulps = polyak_error_ulps(online, start, end, float(np.float32(x.args["tau"])))
+    if ulps.size and float(np.max(ulps)) > MAX_POLYAK_ULP:
+        problems.append(
+            f"{at}: the result is {json_float(np.max(ulps))} ulp from tau * params + (1 - tau) "
+            f"* target (at most {MAX_POLYAK_ULP})"
+        )
+    return problems, True
+
+
+def _step_start_hashes(ct: CaptureTrace) -> dict[int, str]:
+    """The recorder's hash of target_params at the first launch of each step after the first
+    (it snapshots the last Polyak's target again there), by step."""
+    position = {r.seq: i for i, r in enumerate(ct.records)}
+    out = {}
+    for s in ct.process.snapshots:
+        if s.when == "step_start" and s.region == "target" and s.launch in position:
+            out[ct.trace.launches[position[s.launch]].step] = s.hash
+    return out
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """Write sets first: no launch but polyak_ema declares a write of target_params (the copies
+    and memsets before the first GEMM initialise it); a kernel egf-audit does not know, handed a
+    pointer into it, may write it, and passes only where the step's snapshots prove the target
+    unchanged. Each Polyak's arguments are the contract's; its result is within the rebuild's
+    2 ulp of tau * params + (1 - tau) * target (the same measure); the target at each step's
+    start is the previous Polyak's result, and unchanged until this step's Polyak (by the
+    recorder's hashes over every element). UNDECIDED only when no Polyak was snapshotted and
+    the write sets show nothing wrong."""
+    polyaks = list(ct.trace.kernels(POLYAK_KERNEL))
+    if not polyaks:
+        return failed(f"no {POLYAK_KERNEL} launch: the target net is never updated")
+    if TARGET not in ct.layout.buffers or "params" not in ct.layout.buffers:
+        raise Missing("target_params and params are not named (layout file or polyak_ema)")
+    net = _net_elements(ct)
+    problems = [f"{named(x)}: {p}" for x in polyaks for p in _polyak_argument_problems(ct, x, net)]
+    snapshotted, values_checked = 0, 0
+    for x in polyaks:
+        try:
+            found, seen = _snapshot_problems(ct, x)
+        except Missing as exc:  # judge every other launch still
+            found, seen = [f"missing data: {exc}"], True
+        problems += found
+        snapshotted += seen
+        values_checked += seen and not found
+    if 0 < snapshotted < len(polyaks):
+        problems.append(
+            f"{len(polyaks) - snapshotted} of {len(polyaks)} Polyak launches have no snapshots"
+        )
+    starts = _step_start_hashes(ct)
+    polyak_of_step = {x.step: x for x in polyaks}
+    proven: set[int] = set()
+    for step, x in polyak_of_step.items():
+        before = regions(ct, x, "before").get("target")
+        previous = polyak_of_step.get(step - 1)
+        if step in starts and before is not None:
+            if starts[step] != before.hash:
+                problems.append(
+                    f"step {step}: target_params changed between the step's start and its Polyak"
+                )
+            else:
+                proven.add(step)
+        elif step > 0 and snapshotted:
+            problems.append(f"step {step}: no snapshot of target_params at the step's start")
+        last = regions(ct, previous, "after").get("target") if previous is not None else None
+        if step in starts and last is not None and starts[step] != last.hash:
+            problems.append(
+                f"step {step}: target_params at the step's start is not the previous Polyak's "
+                "result (a step repeated, skipped or rolled back)"
+            )
+    first_gemm = next((x.index for x in ct.trace.sgemms()), len(ct.trace.launches))
+    for x in ct.trace.launches:
+        if x.name == POLYAK_KERNEL or (x.kind in ("copy", "memset") and x.index < first_gemm):
+            continue
+        if certainly_writes(x, TARGET):
+            problems.append(f"{named(x)} writes target_params")
+        elif may_write(x, TARGET) and x.step not in proven:
+            problems.append(
+                f"{named(x)} is a kernel egf-audit does not know, handed a pointer into "
+                "target_params, and no snapshot proves the target unchanged in its step"
+            )
+    evidence = {"polyak_launches": len(polyaks), "snapshotted": snapshotted}
+    evidence["values_checked"] = values_checked
+    if problems:
+        return failed_with(problems, **evidence)
+    if not snapshotted:
+        return undecided(
+            f"only {POLYAK_KERNEL} writes target_params ({len(polyaks)} launches, every "
+            "argument as the contract says), but no snapshot shows the values it wrote",
+            **evidence,
+        )
+    return passed(
+        f"only {POLYAK_KERNEL} writes target_params ({len(polyaks)} launches); the target is "
+        f"unchanged within each step and chained from step to step; Polyak within "
+        f"{MAX_POLYAK_ULP} ulp of tau * params + (1 - tau) * target on every element",
+        **evidence,
+    )
+
+
 INVARIANT = Invariant(
     code="EGF005",
     slug="target-net-untouched",
@@ -253,4 +419,5 @@ INVARIANT = Invariant(
         "value head's dW accumulates into the target net and grad_buf never receives it."
     ),
     check=check,
+    capture=check_capture,
 )

@@ -7,20 +7,37 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from egf_audit.invariants.capture_common import (
+    concat_contract,
+    dims_of,
+    may_write,
+    named,
+    pointer_problem,
+    site_launches,
+    site_name,
+    value_problems,
+)
 from egf_audit.invariants.common import bit_mismatch, mode_traces, region_values, steps
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.runtime.contract import (
+    ACCUMULATE_KERNEL,
     AFTER_FORWARD,
     AUX_DOWN_INDEX,
     AUX_UP_INDEX,
+    CONCAT_KERNEL,
+    DIR_CONCAT,
     SITES,
     at_site,
 )
+from egf_audit.runtime.recorder import contraction
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.trace import Binding, Launch, Trace
+
+SOFTMAX = "aux_nb_softmax_buf"
 
 X_OPERAND = "A"  # the dW layout is (N, T): A is x [B, in_w] (auditor/pipeline/gemm.py, gemm_dw)
 
@@ -102,6 +119,80 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+# ---- the same invariant on a capture of the trainer's process ----
+def concat_problems(ct: CaptureTrace, x: Launch, online: bool) -> list[str]:
+    """sp14_dir_concat_qaux held to the contract: it writes the start of the scratch with rows =
+    B, sh2 = SH2, auxk = AUXK, up_idx = 2, down_idx = 0; the online rebuild reads save_h_s2 and
+    aux_nb_softmax_buf from their starts."""
+    problems = value_problems(x, concat_contract(dims_of(ct)))
+    wanted = [("concat", DIR_CONCAT)]
+    if online:
+        wanted += [("h_s2", "save_h_s2"), ("aux_softmax", SOFTMAX)]
+    for param, buffer in wanted:
+        if buffer not in ct.layout.buffers and param == "aux_softmax":
+            continue  # inference names the softmax from this very argument
+        if (p := pointer_problem(ct, x, param, buffer)) is not None:
+            problems.append(p)
+    return problems
+
+
+def _dw_of_dir(x: Launch) -> Binding | None:
+    """The operand through which a GEMM reads the concat scratch as a weight gradient's x
+    (contracting over its rows: dW = dY^T . x), or None."""
+    if x.kind != "sgemm":
+        return None
+    for b in x.bindings:
+        on_scratch = b.role in ("A", "B") and b.region is not None
+        on_scratch = on_scratch and b.region.buffer == DIR_CONCAT
+        if on_scratch and contraction(b.role, x.args["transa"], x.args["transb"]) == "rows":
+            return b
+    return None
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """At every call site the d = 0 dW GEMM (the one contracting the concat scratch over its
+    rows) reads all B x (SH2 + 1) of it, and the last launch that writes, or may write, the
+    scratch before that GEMM is sp14_dir_concat_qaux on the online save_h_s2 with every
+    argument as the contract says. The values themselves are not captured: where the rebuild
+    compares bits, the capture proves the data flow."""
+    if not ct.sites:
+        return undecided(f"no {ACCUMULATE_KERNEL} launch: no call site found")
+    d = dims_of(ct)
+    launches = ct.trace.launches
+    problems = []
+    for site in ct.sites:
+        at = site_name(site)
+        dws = [(x, b) for x in site_launches(ct, site) if (b := _dw_of_dir(x)) is not None]
+        if not dws:
+            problems.append(f"{at}: no GEMM reads {DIR_CONCAT} as the d = 0 dW's x")
+            continue
+        x, operand = dws[-1]
+        r = operand.region
+        if r is not None and (r.offset, r.rows, r.width) != (0, d.B, d.concat_width):
+            problems.append(
+                f"{at}: {x.label} reads {r.rows} x {r.width} of the concat at element "
+                f"{r.offset}, the online concat is {d.B} x {d.concat_width}"
+            )
+        writer = next((y for y in reversed(launches[: x.index]) if may_write(y, DIR_CONCAT)), None)
+        if writer is None or writer.name != CONCAT_KERNEL:
+            what = named(writer) if writer is not None else "nothing"
+            problems.append(f"{at}: the last writer of the concat before {x.label} is {what}")
+            continue
+        problems += [
+            f"{at}: the rebuild {named(writer)}: {p}"
+            for p in concat_problems(ct, writer, online=True)
+        ]
+    for x in ct.trace.kernels(CONCAT_KERNEL):
+        problems += [f"{named(x)}: {p}" for p in concat_problems(ct, x, online=False)]
+    if problems:
+        return failed_with(sorted(set(problems), key=problems.index), sites=len(ct.sites))
+    return passed(
+        f"at all {len(ct.sites)} call sites the d = 0 dW GEMM reads the whole online rebuild "
+        f"of the concat ({CONCAT_KERNEL} on save_h_s2, every argument as the contract says)",
+        sites=len(ct.sites),
+    )
+
+
 INVARIANT = Invariant(
     code="EGF006",
     slug="online-concat-rebuilt",
@@ -133,4 +224,5 @@ INVARIANT = Invariant(
         "forward left it: every column differs from the online concat and equals the target's."
     ),
     check=check,
+    capture=check_capture,
 )

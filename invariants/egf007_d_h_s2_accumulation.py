@@ -11,10 +11,34 @@ Three facts per call site and step of the mode's production trace:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from egf_audit.invariants.common import count_by, in_step, json_float, listed, production, steps
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.capture_common import (
+    Dims,
+    all_values,
+    dims_of,
+    may_write,
+    named,
+    pointer_problem,
+    regions,
+    site_count_problems,
+    site_launches,
+    site_name,
+    value_problems,
+    where,
+)
+from egf_audit.invariants.common import (
+    bit_mismatch,
+    count_by,
+    in_step,
+    json_float,
+    listed,
+    production,
+    steps,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     BEFORE_BACKWARD_FULL,
@@ -26,6 +50,10 @@ from egf_audit.runtime.contract import (
     site_checkpoint,
 )
 from egf_audit.runtime.trace import Missing
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.trace import Launch
 
 UNIT_ROUNDOFF = 2.0**-24  # fp32
 FP32_TINY = float(np.finfo(np.float32).tiny)
@@ -71,7 +99,8 @@ def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
 
 
 def _memsets_all(launch, n: int) -> bool:
-    if launch.kind != "memset":
+    """A memset of 0 over every one of the n elements of d_h_s2 (rebuild and capture alike)."""
+    if launch.kind != "memset" or launch.args.get("value") != 0:
         return False
     dst = next(
         (b.region for b in launch.bindings if b.region and b.region.buffer == "d_h_s2"), None
@@ -202,6 +231,134 @@ def check(run, mode: str) -> Verdict:
     )
 
 
+# ---- the same invariant on a capture of the trainer's process ----
+def _accumulate_problems(ct: CaptureTrace, x: Launch, d: Dims) -> list[str]:
+    """accumulate_d_h_s2_from_concat held to the contract: d_h_s2 from its start, rows = B,
+    sh2 = SH2, d_concat the start of one branch's dX, ld_concat that dX's row width (SH2 + 1
+    for the direction branch's, the width the layout gives for the others)."""
+    problems = value_problems(x, {"rows": d.B, "sh2": d.SH2})
+    if (p := pointer_problem(ct, x, "d_h_s2", "d_h_s2")) is not None:
+        problems.append(p)
+    dx = x.binding("d_concat", required=False)
+    if dx is None or dx.region is None:
+        return problems  # an unnamed branch dX: only its own row stride is unknown
+    width = d.concat_width if dx.region.buffer == DIR_DX else None
+    buffer = ct.layout.buffers.get(dx.region.buffer)
+    if width is None and buffer is not None and buffer.shaped and dx.tensor_shape is not None:
+        width = dx.tensor_shape[2]
+    if dx.region.offset != 0:
+        problems.append(f"d_concat points at {dx.region.buffer}[{dx.region.offset}], not its start")
+    if width is not None and x.args.get("ld_concat") != width:
+        problems.append(
+            f"reads {dx.region.buffer} with row stride {x.args.get('ld_concat')}, its rows are "
+            f"{width} wide"
+        )
+    return problems
+
+
+def _zeroing_problems(window: list[Launch], at: str, n: int) -> list[str]:
+    """The rebuild's rule on the site's own window (after the previous site's last accumulate,
+    or the step's first GEMM): a memset of 0 over all of d_h_s2 there, and every write after
+    the last such memset, up to the first accumulate, accumulates (a GEMM with beta = 1): a
+    copy, a memset, a beta = 0 GEMM or an unknown kernel there replaces the zero baseline."""
+    zero = next((x for x in reversed(window) if _memsets_all(x, n)), None)
+    if zero is None:
+        return [f"{at}: d_h_s2 is not zeroed inside the call site (after its previous use)"]
+    problems = []
+    for x in window[window.index(zero) + 1 :]:
+        if not may_write(x, "d_h_s2"):
+            continue
+        c = x.binding("C", required=False) if x.kind == "sgemm" else None
+        if not (c is not None and c.access == "rw" and x.args.get("beta") == 1.0):
+            problems.append(f"{at}: {named(x)} overwrites d_h_s2 after its zeroing")
+    return problems
+
+
+def _accumulate_value_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bool]:
+    """after == before + d_concat[:, :sh2] bitwise on every element (the kernel's own fp32
+    add), from the snapshots around the launch; (problems, snapshotted)."""
+    before, after = regions(ct, x, "before"), regions(ct, x, "after")
+    if not before and not after:
+        return [], False
+    a, at = x.args, named(x)
+    rows, sh2, ld = a.get("rows", 0), a.get("sh2", 0), a.get("ld_concat", 0)
+    shapes = {"d_h_s2": (a.get("d_h_s2"), rows * sh2), "d_concat": (a.get("d_concat"), rows * ld)}
+    problems = []
+    for when, got, names in (("before", before, shapes), ("after", after, ("d_h_s2",))):
+        for name in names:
+            r = got.get(name)
+            if r is None:
+                problems.append(f"{at}: no {when} snapshot of {name}")
+            elif (r.ptr, r.elements) != shapes[name]:
+                problems.append(f"{at}: its {when} snapshot of {name} is not the launch's region")
+    if problems:
+        return problems, True
+    old = all_values(before["d_h_s2"], f"d_h_s2 before {at}").reshape(rows, sh2)
+    dx = all_values(before["d_concat"], f"d_concat before {at}").reshape(rows, ld)
+    new = all_values(after["d_h_s2"], f"d_h_s2 after {at}").reshape(rows, sh2)
+    if bit_mismatch(new, old + dx[:, :sh2]).any():
+        problems.append(f"{at}: d_h_s2 after is not d_h_s2 + d_concat[:, :SH2] bitwise")
+    return problems, True
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """Per call site of the capture: the zeroing inside the site's own window (never the
+    allocation's memset), every accumulate's arguments, one accumulate per branch (the four
+    branches' dX, each once, the direction branch's among them), every step with both call
+    sites, and each accumulate's result bitwise from its snapshots. The trunk-entry sum the
+    rebuild recomputes needs the aux and value dX, which a capture does not keep: its parts
+    are the accumulates checked here. UNDECIDED never: with no accumulate snapshot the values
+    part fails as missing only when other accumulates were snapshotted."""
+    if not ct.sites:
+        return undecided(f"no {ACCUMULATE_KERNEL} launch: no call site found")
+    d = dims_of(ct)
+    if "d_h_s2" not in ct.layout.buffers:
+        raise Missing("d_h_s2 is not named (layout file or accumulate launch)")
+    n = d.B * d.SH2
+    problems = site_count_problems(ct)
+    accumulates, snapshotted = [], 0
+    for site in ct.sites:
+        at = site_name(site)
+        launches = site_launches(ct, site)
+        window = launches[: site.first_accumulate - site.begin]
+        problems += _zeroing_problems(window, at, n)
+        mine = [x for x in launches if x.kind == "kernel" and x.name == ACCUMULATE_KERNEL]
+        accumulates += mine
+        for x in mine:
+            problems += [f"{at}: {named(x)}: {p}" for p in _accumulate_problems(ct, x, d)]
+        sources = [x.args.get("d_concat") for x in mine]
+        twice = sorted({where(ct, p) for p in sources if sources.count(p) > 1})
+        if twice:
+            problems.append(f"{at}: accumulates {', '.join(twice)} more than once")
+        if len(set(sources)) != len(BRANCHES):
+            problems.append(
+                f"{at}: accumulates {len(set(sources))} branches' dX, the trainer has "
+                f"{len(BRANCHES)} ({', '.join(BRANCHES)})"
+            )
+        if ct.layout.base_of(DIR_DX) not in sources:
+            problems.append(f"{at}: no accumulate reads {DIR_DX}")
+    for x in accumulates:
+        try:
+            found, seen = _accumulate_value_problems(ct, x)
+        except Missing as exc:  # judge every other launch still
+            found, seen = [f"missing data: {exc}"], True
+        problems += found
+        snapshotted += seen
+    if 0 < snapshotted < len(accumulates):
+        missing = len(accumulates) - snapshotted
+        problems.append(f"{missing} of {len(accumulates)} accumulate launches have no snapshots")
+    evidence = {"sites": len(ct.sites), "accumulates": len(accumulates)}
+    evidence["accumulates_snapshotted"] = snapshotted
+    if problems:
+        return failed_with(problems, **evidence)
+    values = "each result bitwise d_h_s2 + d_concat[:, :SH2]" if snapshotted else "no values kept"
+    return passed(
+        f"at all {len(ct.sites)} call sites d_h_s2 is zeroed inside the site before "
+        f"backward_full and each branch's dX[:, :SH2] is accumulated once ({values})",
+        **evidence,
+    )
+
+
 INVARIANT = Invariant(
     code="EGF007",
     slug="d-h-s2-accumulation",
@@ -242,4 +399,5 @@ INVARIANT = Invariant(
         " row b is read from offset b*SH2, so row 1 starts with row 0's wire column."
     ),
     check=check,
+    capture=check_capture,
 )

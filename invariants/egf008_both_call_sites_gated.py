@@ -9,15 +9,28 @@ attribute them to a site.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from egf_audit.invariants.capture_common import (
+    dims_of,
+    may_write,
+    site_count_problems,
+    site_launches,
+    site_name,
+)
 from egf_audit.invariants.common import describe, in_step, listed, production, steps
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     ALPHA_GRAD_SMOOTHED_INDEX,
     DIR_DX,
+    ISV,
     SCALE_KERNEL,
     SITES,
 )
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import CaptureTrace
 
 
 def _dir_dx_sgemm(launches):
@@ -32,20 +45,49 @@ def _reads_dir_dx(x) -> bool:
     return any(b.reads and b.region and b.region.buffer == DIR_DX for b in x.bindings)
 
 
-def _gates_wire(x, rows: int, sh2: int) -> bool:
-    """Writes exactly column SH2 of every row of the dir concat dX and reads ISV[393]."""
+def scale_problems(x, rows: int, sh2: int) -> list[str]:
+    """Why a scale launch does not gate the wire: every argument that decides where it reads
+    and writes, held to the contract (dx_concat is the start of sp14_d_dir_qaux_concat, rows =
+    B, ld = SH2 + 1, wire_col = SH2; isv is the start of isv_signals, isv_index = 393), read
+    off its bindings, which the kernel table derives from those arguments. [] when it gates."""
     dx, isv = x.binding("dx_concat", required=False), x.binding("isv", required=False)
-    if dx is None or isv is None or dx.region is None or isv.region is None:
-        return False
-    r = dx.region
-    wire = (r.buffer, r.offset, r.rows, r.width, r.ld) == (DIR_DX, sh2, rows, 1, sh2 + 1)
-    gate = isv.region.buffer == "isv_signals" and isv.region.flat_indices().tolist() == [
-        ALPHA_GRAD_SMOOTHED_INDEX
-    ]
-    return dx.writes and wire and isv.reads and gate
+    if dx is None or isv is None:
+        return ["its dx_concat and isv arguments were not recorded"]
+    problems = []
+    if dx.region is None or dx.region.buffer != DIR_DX:
+        problems.append(
+            f"writes {dx.region.buffer if dx.region else 'no named buffer'}, not {DIR_DX}"
+        )
+    else:
+        r = dx.region
+        wanted = (sh2, rows, 1, sh2 + 1)
+        if (r.offset, r.rows, r.width, r.ld) != wanted:
+            problems.append(
+                f"writes column {r.offset} of {r.rows} rows with row stride {r.ld}; the wire is "
+                f"column {sh2} of {rows} rows with row stride {sh2 + 1}"
+            )
+        elif r.offset != x.args.get("wire_col"):
+            problems.append(f"dx_concat does not point at the start of {DIR_DX}")
+    if isv.region is None or isv.region.buffer != ISV:
+        problems.append(
+            f"reads its gate from {isv.region.buffer if isv.region else 'no named buffer'}, not "
+            f"{ISV}"
+        )
+    elif isv.region.offset != ALPHA_GRAD_SMOOTHED_INDEX:
+        problems.append(
+            f"reads ISV[{isv.region.offset}], the gate is ISV[{ALPHA_GRAD_SMOOTHED_INDEX}]"
+        )
+    elif isv.region.offset != x.args.get("isv_index"):
+        problems.append(
+            f"reads ISV[393] through isv = {ISV}[{isv.region.offset - x.args.get('isv_index', 0)}] "
+            f"and isv_index = {x.args.get('isv_index')}: the contract passes the start of {ISV}"
+        )
+    if not dx.writes or not isv.reads:
+        problems.append("its declared accesses are not a write of dx_concat and a read of isv")
+    return problems
 
 
-def _scale_facts(x, dx_index: int, acc_index: int | None) -> dict:
+def _scale_facts(x, dx_index: int, acc_index: int | None, rows: int, sh2: int) -> dict:
     if x.index < dx_index:
         when = "before the dX SGEMM"
     elif acc_index is not None and x.index > acc_index:
@@ -58,13 +100,16 @@ def _scale_facts(x, dx_index: int, acc_index: int | None) -> dict:
         "when": when,
         "dx_concat": describe(dx.region) if dx else None,
         "isv": describe(isv.region) if isv else None,
+        "problems": scale_problems(x, rows, sh2),
     }
 
 
-def _site_failure(trace, step: int, site: str, rows: int, sh2: int) -> tuple[dict | None, str]:
-    """(failure or None, label of the gating scale launch)."""
-    launches = [x for x in in_step(trace, step) if x.site == site]
-    where = {"step": step, "site": site}
+def site_failure(launches, rows: int, sh2: int, where: dict) -> tuple[dict | None, str]:
+    """(failure or None, label of the gating scale launch) of one call site's launches, in
+    order: its d = 0 dX SGEMM, then a scale that gates the wire, then the first accumulate that
+    reads the dX, with nothing but that scale writing (or, for a kernel egf-audit does not
+    know, possibly writing) sp14_d_dir_qaux_concat in between. The rebuild and the capture
+    both judge a site with this."""
     dx = _dir_dx_sgemm(launches)
     if dx is None:
         return {"kind": "no-dir-dx-sgemm", **where}, ""
@@ -78,21 +123,36 @@ def _site_failure(trace, step: int, site: str, rows: int, sh2: int) -> tuple[dic
     )
     scales = [x for x in launches if x.kind == "kernel" and x.name == SCALE_KERNEL]
     for x in scales:
-        if (
-            dx.index < x.index
-            and (acc is None or x.index < acc.index)
-            and _gates_wire(x, rows, sh2)
-        ):
+        if dx.index < x.index and (acc is None or x.index < acc.index):
+            if scale_problems(x, rows, sh2):
+                continue
             if acc is None:
                 return {"kind": "no-dir-accumulate", **where, "scale": x.label}, x.label
+            overwrites = [
+                y.label for y in launches if x.index < y.index < acc.index and may_write(y, DIR_DX)
+            ]
+            if overwrites:
+                return {
+                    "kind": "wire-overwritten",
+                    **where,
+                    "scale": x.label,
+                    "overwritten_by": overwrites,
+                }, ""
             return None, x.label
     return {
         "kind": "site-ungated",
         **where,
         "dx_sgemm": dx.label,
         "first_accumulate": acc.label if acc else None,
-        "scale_launches": [_scale_facts(x, dx.index, acc.index if acc else None) for x in scales],
+        "scale_launches": [
+            _scale_facts(x, dx.index, acc.index if acc else None, rows, sh2) for x in scales
+        ],
     }, ""
+
+
+def _site_failure(trace, step: int, site: str, rows: int, sh2: int) -> tuple[dict | None, str]:
+    launches = [x for x in in_step(trace, step) if x.site == site]
+    return site_failure(launches, rows, sh2, {"step": step, "site": site})
 
 
 def check(run, mode: str) -> Verdict:
@@ -119,6 +179,49 @@ def check(run, mode: str) -> Verdict:
         f"both call sites run {SCALE_KERNEL} on {DIR_DX}[:, SH2] reading ISV[393] between their "
         f"d = 0 dX SGEMM and first accumulate, at {pairs} site-steps",
         **evidence,
+    )
+
+
+def _words(failure: dict) -> str:
+    kind = failure["kind"]
+    if kind == "no-dir-dx-sgemm":
+        return f"no d = 0 dX GEMM writes {DIR_DX}"
+    if kind == "no-dir-accumulate":
+        return f"no accumulate reads {DIR_DX} after its scale"
+    if kind == "wire-overwritten":
+        return f"{DIR_DX} is written again after the scale by {failure['overwritten_by'][0]}"
+    scales = failure["scale_launches"]
+    wrong = [f for f in scales if f["when"] == "between" and f["problems"]]
+    if wrong:
+        return f"{wrong[0]['label']} does not gate the wire: {wrong[0]['problems'][0]}"
+    return f"no {SCALE_KERNEL} gates {DIR_DX} between its dX GEMM and its first accumulate"
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """Each call site of the capture (cut by convert.py's site model) judged by `site_failure`,
+    the rebuild's rule; every step must have both call sites."""
+    if not ct.sites:
+        if any(x.name == SCALE_KERNEL for x in ct.trace.kernels()):
+            return failed(f"{SCALE_KERNEL} runs but no call site was found (no accumulate launch)")
+        return undecided(f"no {ACCUMULATE_KERNEL} and no {SCALE_KERNEL} launch: no call site")
+    d = dims_of(ct)
+    problems = site_count_problems(ct)
+    failures, gated = [], []
+    for site in ct.sites:
+        where = {"step": site.step, "site": site.name}
+        failure, label = site_failure(site_launches(ct, site), d.B, d.SH2, where)
+        if failure:
+            failures.append(failure)
+            problems.append(f"{site_name(site)}: {_words(failure)}")
+        else:
+            gated.append(where | {"scale": label})
+    if problems:
+        return failed_with(problems, **listed(failures), gated=gated)
+    return passed(
+        f"each of {len(ct.sites)} call sites scales {DIR_DX}[:, SH2] by ISV[393] between its "
+        "d = 0 dX GEMM and its first accumulate, with every scale argument as the contract says",
+        **listed([]),
+        gated=gated,
     )
 
 
@@ -158,4 +261,5 @@ INVARIANT = Invariant(
         "site's wire gradient reaches the aux head unscaled."
     ),
     check=check,
+    capture=check_capture,
 )

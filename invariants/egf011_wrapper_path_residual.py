@@ -12,10 +12,21 @@ backward_full on the same dQ writes it (`wrapper:full`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from egf_audit.invariants.common import listed, mode_traces, only_trace
-from egf_audit.invariants.registry import WARN, Invariant, Verdict, failed, warned
+from egf_audit.invariants.egf001_gemm_k_matches_lda import k_sh2_signature
+from egf_audit.invariants.registry import (
+    WARN,
+    Invariant,
+    Verdict,
+    failed,
+    passed,
+    undecided,
+    warned,
+)
 from egf_audit.runtime.contract import (
     DIR_CONCAT,
     DIR_DX,
@@ -25,6 +36,9 @@ from egf_audit.runtime.contract import (
     WRAPPER_SCENARIO,
 )
 from egf_audit.runtime.trace import Binding, Launch, Missing
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import CaptureTrace
 
 GROWN = "w_b0fc"  # the weight B.8 grew to [ADV, SH2 + 1]
 
@@ -150,6 +164,35 @@ def check(run, mode: str) -> Verdict:
     )
 
 
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """On a capture the trainer's own step is production: any GEMM on the K = SH2 path fails.
+    Judged by the same `short_operands` rule where the layout names w_b0fc or the dir concat,
+    and by the arguments' K = SH2 signature where the operands stay unnamed."""
+    sh2 = ct.dim("SH2")
+    if sh2 is None:
+        return undecided("no sp14_dir_concat_qaux launch and no layout dims: SH2 unknown")
+    hits = []
+    for x in ct.trace.sgemms():
+        short = [b.role for b in short_operands(x, sh2)]
+        unnamed = [b for b in x.bindings if b.region is None]
+        signature = k_sh2_signature(x, sh2) if unnamed else None
+        if short or signature:
+            what = (
+                f"operands {', '.join(short)} span SH2 of SH2 + 1 columns" if short else signature
+            )
+            hits.append({"launch": x.index, "step": x.step, "label": x.label, "problem": what})
+    if hits:
+        return failed(
+            f"{len(hits)} GEMMs take the legacy K = SH2 path on w_b0fc or the dir concat (first: "
+            f"{hits[0]['label']}, launch {hits[0]['launch']}: {hits[0]['problem']})",
+            **listed(hits),
+        )
+    return passed(
+        "no GEMM of the trainer's process takes the K = SH2 path on w_b0fc or the dir concat",
+        **listed([]),
+    )
+
+
 INVARIANT = Invariant(
     code="EGF011",
     slug="wrapper-path-residual",
@@ -188,4 +231,5 @@ INVARIANT = Invariant(
     ),
     check=check,
     holds_as=WARN,
+    capture=check_capture,
 )

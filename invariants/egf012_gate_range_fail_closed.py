@@ -12,7 +12,9 @@ probe with a non-finite input or previous gate gives exactly +0.0.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
+from egf_audit.invariants.capture_common import named, scale_views
 from egf_audit.invariants.common import (
     in_step,
     is_plus_zero,
@@ -23,7 +25,7 @@ from egf_audit.invariants.common import (
     steps,
     writes_element,
 )
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.runtime.contract import (
     AFTER_LOSSES,
     ALPHA_GRAD_SMOOTHED_INDEX,
@@ -31,8 +33,12 @@ from egf_audit.runtime.contract import (
     GATE_PROBE_SCENARIO,
     ISV,
     PRELOAD_PREFIXES,
+    SCALE_KERNEL,
     STEP_START,
 )
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import CaptureTrace
 
 NONFINITE_INPUTS = ("nan", "inf")
 
@@ -176,6 +182,29 @@ def check(run, mode: str) -> Verdict:
     )
 
 
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """The gate every scale launch read (its `alpha` snapshot) is finite and in [0, 1]. A scale
+    launch without that snapshot fails, when others have one; UNDECIDED only when no scale was
+    snapshotted. The producer's own inputs and the value before any producer are not visible
+    in a capture (the rebuild's probe decides them)."""
+    views = scale_views(ct)
+    if not any(v.alpha is not None for v in views):
+        return undecided(f"no snapshot of ISV[393] at a {SCALE_KERNEL} launch")
+    problems = [f"{named(v.launch)}: no snapshot of ISV[393]" for v in views if v.alpha is None]
+    problems += [
+        f"{named(v.launch)}: read ISV[393] = {float(v.alpha)}, outside [0, 1]"
+        for v in views
+        if v.alpha is not None and not in_unit_range(float(v.alpha))
+    ]
+    alphas = [json_float(v.alpha) for v in views if v.alpha is not None]
+    if problems:
+        return failed_with(problems, alphas=alphas[:20])
+    return passed(
+        f"every one of {len(views)} scale launches read a finite gate in [0, 1]",
+        alphas=alphas[:20],
+    )
+
+
 INVARIANT = Invariant(
     code="EGF012",
     slug="gate-range-fail-closed",
@@ -214,4 +243,5 @@ INVARIANT = Invariant(
         "-1/2 and `ISV[393] = 0.1 * -1/2 = -0.05`."
     ),
     check=check,
+    capture=check_capture,
 )

@@ -3,7 +3,10 @@
 text that `egf-audit explain`, the audit document and the JUnit failure all print, and a check.
 
 A check is a pure function of the finished `AuditRun` (traces, snapshots, config) and a mode.
-It never learns which fault, if any, is active.
+It never learns which fault, if any, is active. An entry may also hold a capture check: the same
+invariant judged on a capture of the trainer's own process (egf_audit.runtime.capture_model),
+with the same definitions (tolerance, call-site model, verdict type); where a capture cannot
+show what the invariant needs, `capture_undecidable` says why.
 """
 
 from __future__ import annotations
@@ -16,8 +19,12 @@ from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
 
 PASS, FAIL, WARN = "pass", "fail", "warn"
+# a capture gave the check nothing to judge (documented per invariant: `capture_undecidable`
+# and its capture check's docstring); never a rebuild verdict, never a pass
+UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,7 @@ class Verdict:
     Measured values (max errors, ulps, magnitudes) go into `evidence`, which the document
     prints inside the environment block and `--json` exports whole."""
 
-    status: str  # PASS, FAIL or WARN (EGF011 only)
+    status: str  # PASS, FAIL, WARN (EGF011 only) or UNDECIDED (a capture only)
     summary: str  # one line, device-independent (see above)
     evidence: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable numbers/strings
 
@@ -50,12 +57,25 @@ class Invariant:
     # ---- test directives, read by the tests that parametrize over INVARIANTS ----
     holds_as: str = PASS  # a correct pipeline's status: PASS, or WARN for a documented residual
     reads: tuple[str, ...] = ("launches", "snapshots")  # what of a trace the check needs
+    # ---- the same invariant on a capture of the trainer's process ----
+    capture: Callable[[CaptureTrace], Verdict] | None = None
+    capture_undecidable: str = ""  # why a capture cannot decide it, when `capture` is None
 
     def verdict(self, run: AuditRun, mode: str) -> Verdict:
         """The check's verdict; data it needs but the run lacks (`Missing`, the trace's one
         missing-data convention) is a FAIL that names what was missing."""
         try:
             return self.check(run, mode)
+        except Missing as exc:
+            return failed(f"missing data: {exc}", missing=str(exc))
+
+    def capture_verdict(self, ct: CaptureTrace) -> Verdict:
+        """The capture check's verdict, with the same missing-data convention; UNDECIDED with
+        `capture_undecidable` where the invariant has no capture check."""
+        if self.capture is None:
+            return undecided(self.capture_undecidable or "no capture check exists for it")
+        try:
+            return self.capture(ct)
         except Missing as exc:
             return failed(f"missing data: {exc}", missing=str(exc))
 
@@ -94,3 +114,21 @@ def failed_at_sites(findings: list[dict[str, Any]], **evidence: Any) -> Verdict 
 
 def warned(summary: str, **evidence: Any) -> Verdict:
     return Verdict(WARN, summary, evidence)
+
+
+def undecided(summary: str, **evidence: Any) -> Verdict:
+    return Verdict(UNDECIDED, summary, evidence)
+
+
+def failed_with(problems: list[str], **evidence: Any) -> Verdict:
+    """FAIL naming the first problem found and how many there are (the capture checks'
+    findings are sentences); every problem up to MAX_PROBLEMS is kept in the evidence."""
+    return failed(
+        f"{problems[0]} ({len(problems)} findings)",
+        problems=problems[:MAX_PROBLEMS],
+        problems_total=len(problems),
+        **evidence,
+    )
+
+
+MAX_PROBLEMS = 40

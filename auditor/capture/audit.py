@@ -1,41 +1,45 @@
-"""`egf-audit run --capture DIR`: decide every invariant a capture can decide, and render it.
+"""`egf-audit run --capture DIR`: every invariant a capture can decide, judged on every process
+of the capture folder that launched an ABI kernel.
 
-Outputs mirror `run`: a markdown document (its section "Trainer process"), `--json`, `--junit`
-(an undecidable invariant is a skipped testcase with its reason), `--check`. Exit 0 when no
-decided invariant fails; 1 when one fails or the process was no SP14 trainer at all.
+The judging itself lives in the invariant registry (each entry's `capture` check, beside its
+rebuild check, egf_audit.invariants); this module reads the folder, names each process's
+pointers (the layout file, or inference), cuts its launches into steps and call sites, and says
+what makes the capture incomplete. Rendering and the gate are the rebuild's
+(egf_audit.reports), reached from cli/capture_commands.py.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
 from egf_audit.errors import UsageError
-from egf_audit.invariants import INVARIANTS, INVARIANTS_BY_CODE
+from egf_audit.invariants import INVARIANTS
+from egf_audit.invariants.registry import FAIL, Verdict
+from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, ProcessCapture
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, CONCAT_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
-from .checks import FAIL, PASS, UNDECIDED, CaptureVerdict, decide
-from .command import audited_process
-from .convert import CaptureTrace, to_trace
+from .convert import to_trace
 from .events import read_capture
 from .layout import infer_layout, layout_in, load_layout_file
 
+try:
+    from .manifest import read_manifest
+except ImportError:  # TEMP
+    read_manifest = None
+
 ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
-CODES = sorted({inv.code for inv in INVARIANTS} | {"EGF013"})
 
 
-@dataclass
-class CaptureAudit:
-    folder: Path
+@dataclass(frozen=True)
+class ProcessAudit:
+    """One audited process: its place among the folder's processes (never its pid, which
+    changes from capture to capture), what it recorded, and one verdict per invariant."""
+
+    section: str  # "process 1"
     capture: CaptureTrace
-    verdicts: list[CaptureVerdict]
-    missing: list[str] = field(default_factory=list)  # what makes it no SP14 trainer
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not any(v.status == FAIL for v in self.verdicts)
+    verdicts: tuple[tuple[str, Verdict], ...]  # (code, verdict) in registry order
+    layout_note: str = ""  # why the layout file was not used for it, if it was not
 
     @property
     def unresolved_gemms(self) -> list[int]:
@@ -46,125 +50,99 @@ class CaptureAudit:
         ]
 
 
+@dataclass
+class CaptureAudit:
+    folder: Path
+    processes: list[ProcessAudit] = field(default_factory=list)
+    not_audited: list[str] = field(default_factory=list)  # processes with no ABI launch
+    incomplete: list[str] = field(default_factory=list)  # the capture cannot be complete
+    missing: list[str] = field(default_factory=list)  # what makes it no SP14 trainer
+
+    @property
+    def ok(self) -> bool:
+        return not (self.incomplete or self.missing or self.failed_codes())
+
+    def failed_codes(self) -> set[str]:
+        """The invariants that fail in any audited process."""
+        return {code for p in self.processes for code, v in p.verdicts if v.status == FAIL}
+
+
+def abi_launches(proc: ProcessCapture) -> int:
+    return sum(r.name in ABI_KERNELS for r in proc.kernels())
+
+
+def _exit_words(code: int) -> str:
+    """A command's end as a shell words it: subprocess gives -N for a death by signal N."""
+    if code < 0:
+        return f"died of signal {-code}"
+    if code > 128:
+        return f"exited {code} (a shell's 128 + signal {code - 128})"
+    return f"exited {code}"
+
+
+def _layout_for(proc: ProcessCapture, given: CaptureLayout | None) -> tuple[CaptureLayout, str]:
+    """The layout file where it names this process's ABI pointers, else inference; the dims
+    the file leaves out are taken from the concat launches."""
+    inferred = infer_layout(proc)
+    if given is None:
+        return inferred, ""
+    pointers = [
+        v
+        for r in proc.kernels()
+        if r.name in ABI_KERNELS
+        for k, v in r.args.items()
+        if isinstance(v, int) and k in ("dx_concat", "concat", "d_h_s2", "target")
+    ]
+    if pointers and not any(given.resolve(p) is not None for p in pointers):
+        return inferred, "the layout file names none of its pointers: names inferred"
+    layout = CaptureLayout(dict(given.buffers), {**inferred.dims, **given.dims}, from_file=True)
+    return layout, ""
+
+
+def audit_process(proc: ProcessCapture, section: str, given: CaptureLayout | None) -> ProcessAudit:
+    layout, note = _layout_for(proc, given)
+    ct = to_trace(proc, layout, scenario=section)
+    verdicts = tuple((inv.code, inv.capture_verdict(ct)) for inv in INVARIANTS)
+    return ProcessAudit(section, ct, verdicts, note)
+
+
 def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
-    """Read a capture folder and decide. `use_layout=False` ignores a layout file (inference)."""
+    """Read a capture folder and decide. `use_layout=False` ignores a layout file (inference).
+    A file that cannot be read whole is refused (UsageError, exit 2)."""
     folder = Path(folder)
     procs = read_capture(folder)
     if not procs:
         raise UsageError(f"--capture {folder}: no recorder events in it (events-<pid>.jsonl)")
-    proc = audited_process(procs)
     layout_path = layout_in(folder)
-    inferred = infer_layout(proc)
-    layout = load_layout_file(layout_path) if use_layout and layout_path else inferred
-    layout.dims = {**inferred.dims, **layout.dims}  # a file without SH2: the concat's sh2
-    ct = to_trace(proc, layout, scenario=f"capture/{folder.name}")
-    seen = {r.name for r in proc.kernels()}
-    missing = [f"no {k} launch" for k in ABI_KERNELS if k not in seen]
-    if len(missing) < len(ABI_KERNELS):
-        missing = []  # a trainer with a fault may lack one kernel; the checks say which
-    else:
-        gemms = sum(r.kind in ("sgemm", "gemm") for r in proc.records)
-        missing = [
-            f"process {proc.pid} is no SP14 trainer: none of the ABI kernels "
-            f"({', '.join(ABI_KERNELS)}) was launched; it recorded {len(proc.kernels())} kernel "
-            f"launches and {gemms} cuBLAS GEMMs"
-        ]
-    return CaptureAudit(folder, ct, decide(ct, CODES), missing)
-
-
-def verdict_line(audit: CaptureAudit) -> str:
-    counts = {s: sum(v.status == s for v in audit.verdicts) for s in (PASS, FAIL, UNDECIDED)}
-    word = "PASS" if audit.ok else "FAIL"
-    return (
-        f"trainer process: {word}: {counts[PASS]} hold, {counts[FAIL]} fail, "
-        f"{counts[UNDECIDED]} cannot be decided from a capture"
-    )
-
-
-def render_markdown(audit: CaptureAudit) -> str:
-    ct = audit.capture
-    lines = [
-        "# Trainer process audit",
-        "",
-        "## Trainer process",
-        "",
-        f"Capture `{audit.folder.name}`, process {ct.process.pid}: "
-        f"{len(ct.trace.launches)} launches, {len(ct.sites)} call sites, "
-        f"layout {'from the trainer' if ct.layout.from_file else 'inferred'}.",
-        "",
-        f"**{verdict_line(audit)}**",
-        "",
-        *[f"- {m}" for m in audit.missing],
-        "",
-        "| code | invariant | verdict | evidence |",
-        "|---|---|---|---|",
-    ]
-    for v in audit.verdicts:
-        slug = (
-            INVARIANTS_BY_CODE[v.code].slug
-            if v.code in INVARIANTS_BY_CODE
-            else "kernel-effects-contained"
+    given = load_layout_file(layout_path) if use_layout and layout_path else None
+    audit = CaptureAudit(folder)
+    manifest = read_manifest(folder)
+    if manifest is None:
+        audit.incomplete.append("no manifest.json: the command and how it ended are unknown")
+    elif manifest.exit_code != 0:
+        audit.incomplete.append(
+            f"the captured command {_exit_words(manifest.exit_code)} (manifest.json): the "
+            "trainer did not finish its steps"
         )
-        lines.append(f"| {v.code} | {slug} | {v.status} | {v.summary.replace('|', '/')} |")
-    lines += [
-        "",
-        "### Buffers and how they were named",
-        "",
-        "| buffer | elements | named by |",
-        "|---|---|---|",
-    ]
-    for row in ct.layout.naming():
-        lines.append(f"| `{row['buffer']}` | {row['elements']} | {row['named_by']} |")
-    unresolved = audit.unresolved_gemms
-    lines += [
-        "",
-        f"### GEMMs left unresolved: {len(unresolved)} of {sum(1 for _ in ct.trace.sgemms())}",
-        "",
-    ]
-    for i in unresolved[:40]:
-        x = ct.trace.launches[i]
-        a = x.args
-        shape = ", ".join(
-            f"{k}={a.get(k)}" for k in ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc")
+    for number, proc in enumerate(sorted(procs, key=lambda p: p.pid), 1):
+        section = f"process {number}"
+        if not abi_launches(proc):
+            gemms = sum(r.kind in ("sgemm", "gemm") for r in proc.records)
+            audit.not_audited.append(
+                f"{section}: {len(proc.kernels())} kernel launches and {gemms} cuBLAS GEMMs, "
+                "no ABI kernel: not audited"
+            )
+            continue
+        audit.processes.append(audit_process(proc, section, given))
+        if not proc.ended:
+            audit.incomplete.append(
+                f"{section}: {proc.events_file or 'its events'} ends without the recorder's "
+                "exit event: the process did not end through exit() (killed, crashed, or the "
+                "file was cut off)"
+            )
+    if not audit.processes:
+        audit.missing.append(
+            f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "
+            f"was launched in the {len(procs)} recorded processes"
         )
-        lines.append(f"- launch {i} (step {x.step}, {x.label}): {shape}")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def render_json(audit: CaptureAudit) -> str:
-    doc = {
-        "capture": audit.folder.name,
-        "ok": audit.ok,
-        "missing": audit.missing,
-        "layout": "file" if audit.capture.layout.from_file else "inferred",
-        "naming": audit.capture.layout.naming(),
-        "unresolved_gemms": audit.unresolved_gemms,
-        "results": [
-            {"code": v.code, "status": v.status, "summary": v.summary, "evidence": v.evidence}
-            for v in audit.verdicts
-        ],
-    }
-    return json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n"
-
-
-def render_junit(audit: CaptureAudit) -> str:
-    failures = sum(v.status == FAIL for v in audit.verdicts) + bool(audit.missing)
-    skipped = sum(v.status == UNDECIDED for v in audit.verdicts)
-    cases = []
-    if audit.missing:
-        cases.append(
-            '  <testcase classname="egf-audit.capture" name="trainer-process">'
-            f"<failure message={quoteattr(audit.missing[0])}/></testcase>"
-        )
-    for v in audit.verdicts:
-        body = ""
-        if v.status == FAIL:
-            body = f"<failure message={quoteattr(v.summary)}>{escape(v.summary)}</failure>"
-        elif v.status == UNDECIDED:
-            body = f"<skipped message={quoteattr(v.summary)}/>"
-        cases.append(f'  <testcase classname="egf-audit.capture" name="{v.code}">{body}</testcase>')
-    return (
-        '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuite name="egf-audit capture" tests="{len(cases)}" failures="{failures}" '
-        f'skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n"
-    )
+    return audit

@@ -2,8 +2,12 @@
 
 Steps are cut at each `polyak_ema` (the last launch of a trainer step). Call sites are the runs
 of `accumulate_d_h_s2_from_concat` launches, one run per `backward_full` call site, named as the
-seed names them (`cql`, then `main`) when a step has exactly two. Every pointer argument is
-bound to the named buffer it lands in, or to none.
+seed names them (`cql`, then `main`) when a step has exactly two (a step with another count is
+a finding of EGF007 and EGF008). A site's window starts after the previous site's last
+accumulate, and the first site's at the step's first GEMM, so what the trainer did while it
+allocated (its first memsets) is never counted as a step's work. Every pointer argument is
+bound to the named buffer it lands in, or to none; a kernel egf-audit does not know gets
+access "?" on every buffer its pointer arguments land in: it may write any of them.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple
         return Binding(role, ptr, access, None, None, None, False)
     buffer, offset = where
     region = Region(buffer.name, offset + rel, rows, width, ld)
-    in_bounds = region.fits(buffer.size)
+    # a buffer inference sized from what it saw is known no further: the allocation holding
+    # it bounds the launch instead (EGF001)
+    in_bounds = region.fits(buffer.size) if buffer.bounded else region.offset >= 0
     found = layout.tensor_at(buffer, region.offset)
     name, shape = found if found else (None, None)
     return Binding(role, ptr, access, region, name, shape, in_bounds)
@@ -49,7 +55,7 @@ def bindings_of(layout: CaptureLayout, r: Record) -> tuple[Binding, ...]:
             for role, access in (("A", "r"), ("B", "r"), ("C", c_access))
         )
     if r.kind in ("memset", "copy"):
-        count = a["bytes"] // ELEMENT_BYTES
+        count = -(-a["bytes"] // ELEMENT_BYTES)  # a partial last element is still touched
         ends = [("dst", "w")] + ([("src", "r")] if r.kind == "copy" else [])
         found = (
             _binding(layout, role, a.get(role, 0), acc, (0, 1, count, count)) for role, acc in ends
@@ -92,7 +98,11 @@ def _sites(records: list[Record], steps: list[int]) -> list[Site]:
         by_step.setdefault(steps[first], []).append((first, last))
     sites = []
     for step, runs in by_step.items():
-        begin = steps.index(step)
+        first_of_step = steps.index(step)
+        begin = next(
+            (i for i in range(first_of_step, runs[0][0]) if records[i].kind == "sgemm"),
+            first_of_step,
+        )
         names = SITES if len(runs) == len(SITES) else tuple(f"site{k}" for k in range(len(runs)))
         for name, (first, last) in zip(names, runs, strict=True):
             sites.append(Site(name, step, begin, first, last))
@@ -129,4 +139,7 @@ def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Capt
         trace.launches.append(
             Launch(i, steps[i], KINDS[r.kind], name, label, args, bindings_of(layout, r))
         )
-    return CaptureTrace(trace, layout, proc, records, sites)
+    allocations = [
+        (r.args["dst"], r.args["bytes"]) for r in proc.records if r.kind == "alloc" and r.args
+    ]
+    return CaptureTrace(trace, layout, proc, records, sites, sorted(allocations))

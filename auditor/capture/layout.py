@@ -36,6 +36,7 @@ from egf_audit.runtime.contract import (
     TARGET,
 )
 from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.runtime.recorder import contraction
 
 FORMAT = "egf-audit-layout/1"
 LAYOUT_FILE = "layout.json"
@@ -56,6 +57,28 @@ def _triple(value: Any, where: str) -> tuple[int, int, int]:
     return value[0], value[1], value[2]
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _dims(raw: Any, path: Path) -> dict[str, Any]:
+    """The trainer's dims: positive integers (lists of them for A and E), and `tau` (Polyak's
+    blend, a float in (0, 1)) where the trainer states it."""
+    if not isinstance(raw, dict):
+        raise UsageError(f'layout file {path}: "dims" must be an object')
+    for key, value in raw.items():
+        if key == "tau":
+            ok = isinstance(value, float | int) and not isinstance(value, bool)
+            ok = ok and 0.0 < float(value) < 1.0
+        elif isinstance(value, list):
+            ok = all(_count(v) and v > 0 for v in value)
+        else:
+            ok = _count(value) and value > 0
+        if not ok:
+            raise UsageError(f"layout file {path}: dims.{key} = {value!r} is not a valid size")
+    return dict(raw)
+
+
 def load_layout_file(path: Path) -> CaptureLayout:
     """Read and check a layout file; every problem is one UsageError line naming the key."""
     path = Path(path)
@@ -68,29 +91,43 @@ def load_layout_file(path: Path) -> CaptureLayout:
         raise UsageError(f"layout file {path} is not JSON: {exc.msg} (line {exc.lineno})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UsageError(f'layout file {path}: "format" must be "{FORMAT}"')
-    offsets = {k: _triple(v, f"param_offsets.{k}") for k, v in doc.get("param_offsets", {}).items()}
-    layout = CaptureLayout(dims=dict(doc.get("dims", {})), from_file=True)
+    raw_offsets = doc.get("param_offsets", {})
+    if not isinstance(raw_offsets, dict):
+        raise UsageError(f'layout file {path}: "param_offsets" must be an object')
+    offsets = {k: _triple(v, f"param_offsets.{k}") for k, v in raw_offsets.items()}
+    layout = CaptureLayout(dims=_dims(doc.get("dims", {}), path), from_file=True)
     buffers = doc.get("buffers")
     if not isinstance(buffers, dict) or not buffers:
         raise UsageError(f'layout file {path}: "buffers" must name at least one buffer')
     for name, spec in buffers.items():
-        if not isinstance(spec, dict) or not all(
-            isinstance(spec.get(k), int) and spec[k] >= 0 for k in ("address", "bytes")
-        ):
+        if not isinstance(spec, dict) or not all(_count(spec.get(k)) for k in ("address", "bytes")):
             raise UsageError(f"layout file {path}: buffers.{name} needs integer address and bytes")
         size = spec["bytes"] // ELEMENT_BYTES
+        shaped = True
         if spec.get("params"):
             tensors = dict(offsets)
         elif "tensors" in spec:
+            if not isinstance(spec["tensors"], dict):
+                raise UsageError(f"layout file {path}: buffers.{name}.tensors must be an object")
             tensors = {
                 k: _triple(v, f"buffers.{name}.tensors.{k}") for k, v in spec["tensors"].items()
             }
         elif "shape" in spec:
-            rows, cols = spec["shape"]
-            tensors = {name: (0, int(rows), int(cols))}
+            shape = spec["shape"]
+            if not (isinstance(shape, list) and len(shape) == 2 and all(_count(v) for v in shape)):
+                raise UsageError(f"layout file {path}: buffers.{name}.shape must be [rows, cols]")
+            tensors = {name: (0, shape[0], shape[1])}
         else:
-            tensors = {name: (0, 1, size)}
-        layout.add(Buffer(name, spec["address"], size, tensors, "layout file"))
+            # address and bytes only: one flat allocation, judged by its span, never as a
+            # row of `size` columns
+            tensors, shaped = {name: (0, 1, size)}, False
+        for tensor, (offset, rows, cols) in tensors.items():
+            if offset < 0 or rows < 0 or cols < 0 or offset + rows * cols > size:
+                raise UsageError(
+                    f"layout file {path}: tensor {tensor} of buffers.{name} does not fit its "
+                    f"{size} elements"
+                )
+        layout.add(Buffer(name, spec["address"], size, tensors, "layout file", shaped))
     return layout
 
 
@@ -115,13 +152,6 @@ def layout_document(buffers: dict[str, tuple[int, int, dict]], dims: dict, offse
 # ---- inference ----
 def _single(name: str, base: int, rows: int, cols: int, source: str) -> Buffer:
     return Buffer(name, base, rows * cols, {name: (0, rows, cols)}, source)
-
-
-def contraction(role: str, transa: str, transb: str) -> str:
-    """What K runs over for a row-major operand of an SGEMM: "columns" (x of y = x . W^T, the
-    forward) or "rows" (x of dW = dY^T . x, a weight gradient, K = the batch)."""
-    op = transa if role == "A" else transb
-    return "columns" if (role == "A") == (op == "T") else "rows"
 
 
 def _reads_scratch(r: Record, scratch: int) -> str | None:
@@ -188,7 +218,8 @@ def infer_layout(proc: ProcessCapture) -> CaptureLayout:
                     n,
                     {ISV: (0, 1, n)},
                     f"{SCALE_KERNEL}(isv), up to isv_index",
-                    False,
+                    shaped=False,
+                    bounded=False,
                 )
             )
     if decoded:

@@ -43,7 +43,7 @@ def write_layout(pipe: SP14Pipeline, path: Path) -> None:
     }
     params = pipe.layout.buffer("params")
     offsets = {t.name: (t.offset, t.rows, t.cols) for t in params.tensors}
-    dims = dataclasses.asdict(pipe.dims)
+    dims = {**dataclasses.asdict(pipe.dims), "tau": float(pipe.config.hyper.tau)}
     write_atomic(path, layout_document(buffers, dims, offsets))
 
 

@@ -86,6 +86,7 @@ class Buffer:
     tensors: dict[str, tuple[int, int, int]]  # name -> (offset, rows, cols)
     source: str  # how it was named
     shaped: bool = True  # False: a flat allocation; its own-name tensor is a placeholder
+    bounded: bool = True  # False: `size` is only what inference saw of it, a lower bound
 
     def contains(self, ptr: int) -> bool:
         return self.base <= ptr < self.base + self.size * ELEMENT_BYTES

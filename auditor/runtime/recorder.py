@@ -45,6 +45,13 @@ def gemm_operand_boxes(
     }
 
 
+def contraction(role: str, transa: str, transb: str) -> str:
+    """What K runs over for a row-major operand of an SGEMM: "columns" (x of y = x . W^T, the
+    forward) or "rows" (x of dW = dY^T . x, a weight gradient, K = the batch)."""
+    op = transa if role == "A" else transb
+    return "columns" if (role == "A") == (op == "T") else "rows"
+
+
 class Recorder:
     def __init__(
         self,

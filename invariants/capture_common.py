@@ -1,0 +1,242 @@
+"""What the capture checks share: the contract every ABI launch's arguments are held to, who may
+write a buffer, and the snapshot regions the recorder took around a launch.
+
+A capture check reads one `CaptureTrace` (egf_audit.runtime.capture_model): the trainer's own
+launches as a `Trace`, the layout that named its pointers, its steps and call sites, and the
+recorder's snapshot regions. It never learns what process ran or which fault it has. Missing
+data follows the trace's convention: a query here raises `Missing`, naming what was absent, and
+the invariant's verdict is a FAIL that says so. UNDECIDED is returned by a check itself, only
+when the capture gives it nothing at all to judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
+from egf_audit.runtime.trace import Missing
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import CaptureTrace, Site, SnapshotRegion
+    from egf_audit.runtime.trace import Launch
+
+FNV_OFFSET = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+MASK64 = (1 << 64) - 1
+# a region's kept values are checked against its recorded hash up to this many elements (the
+# hash is computed here byte by byte; larger regions are trusted as the recorder hashed them)
+HASH_CHECK_MAX = 1 << 18
+
+
+# ---- the contract (SPEC section 3), from the layout's dims ----
+@dataclass(frozen=True)
+class Dims:
+    """The dimensions the capture's launches are held to: the layout file's `dims`, or what the
+    first sp14_dir_concat_qaux launch says when there is no file."""
+
+    B: int
+    SH2: int
+    AUXK: int | None
+
+    @property
+    def concat_width(self) -> int:
+        return self.SH2 + 1
+
+
+def dims_of(ct: CaptureTrace) -> Dims:
+    B, sh2 = ct.dim("B"), ct.dim("SH2")
+    if B is None or sh2 is None:
+        raise Missing("the capture names no B and SH2 (no layout dims, no decoded concat launch)")
+    return Dims(B, sh2, ct.dim("AUXK"))
+
+
+def where(ct: CaptureTrace, pointer: object) -> str:
+    """A pointer in words: `buffer[element]`, or that no named buffer holds it."""
+    if not isinstance(pointer, int) or isinstance(pointer, bool):
+        return f"{pointer!r} (not a pointer)"
+    found = ct.layout.resolve(pointer)
+    if found is None:
+        return "no named buffer"
+    buffer, offset = found
+    return f"{buffer.name}[{offset}]"
+
+
+def pointer_problem(ct: CaptureTrace, x: Launch, param: str, buffer: str) -> str | None:
+    """Why the pointer argument `param` is not the first element of `buffer`, or None."""
+    base = ct.layout.base_of(buffer)
+    if base is None:
+        raise Missing(f"no buffer {buffer} is named (by the layout file or by inference)")
+    value = x.args.get(param)
+    if value == base:
+        return None
+    return f"{param} points at {where(ct, value)}, not at the start of {buffer}"
+
+
+def value_problems(x: Launch, expected: dict[str, int | None]) -> list[str]:
+    """Integer arguments that differ from the contract's values (None: not known, not held)."""
+    return [
+        f"{name} = {x.args.get(name)!r}, the contract says {value}"
+        for name, value in expected.items()
+        if value is not None and x.args.get(name) != value
+    ]
+
+
+def concat_contract(d: Dims) -> dict[str, int | None]:
+    return {
+        "rows": d.B,
+        "sh2": d.SH2,
+        "auxk": d.AUXK,
+        "up_idx": AUX_UP_INDEX,
+        "down_idx": AUX_DOWN_INDEX,
+    }
+
+
+# ---- who writes a buffer ----
+def certainly_writes(x: Launch, buffer: str) -> bool:
+    """A declared write (a kernel's table region, a GEMM's C, a memset's or copy's dst)."""
+    return any(b.writes and b.region is not None and b.region.buffer == buffer for b in x.bindings)
+
+
+def may_write(x: Launch, buffer: str) -> bool:
+    """A declared write, or a kernel egf-audit does not know handed a pointer into `buffer`
+    (access "?"): it can write anything it can reach from that pointer."""
+    return certainly_writes(x, buffer) or any(
+        "?" in b.access and b.region is not None and b.region.buffer == buffer for b in x.bindings
+    )
+
+
+def reads_buffer(x: Launch, buffer: str) -> bool:
+    return any(b.reads and b.region is not None and b.region.buffer == buffer for b in x.bindings)
+
+
+def named(x: Launch, at: str = "") -> str:
+    """A launch in words, for a finding: its label, position and step."""
+    return f"{at}{x.label} (launch {x.index}, step {x.step})"
+
+
+# ---- steps and call sites ----
+def site_launches(ct: CaptureTrace, site: Site) -> list[Launch]:
+    """The launches of one call site: from its begin to its last accumulate."""
+    return ct.trace.launches[site.begin : site.end + 1]
+
+
+def site_name(site: Site) -> str:
+    return f"step {site.step} @{site.name}"
+
+
+def site_count_problems(ct: CaptureTrace) -> list[str]:
+    """Steps whose number of backward_full call sites is not the trainer's (cql, main)."""
+    per_step: dict[int, int] = {}
+    for site in ct.sites:
+        per_step[site.step] = per_step.get(site.step, 0) + 1
+    return [
+        f"step {step}: {count} call sites (runs of accumulate launches), the trainer has "
+        f"{len(SITES)} ({', '.join(SITES)})"
+        for step, count in sorted(per_step.items())
+        if count != len(SITES)
+    ]
+
+
+# ---- snapshot regions ----
+def regions(ct: CaptureTrace, x: Launch, when: str) -> dict[str, SnapshotRegion]:
+    return ct.process.regions(ct.records[x.index].seq, when)
+
+
+def region(ct: CaptureTrace, x: Launch, when: str, name: str) -> SnapshotRegion:
+    found = regions(ct, x, when).get(name)
+    if found is None:
+        raise Missing(f"no {when} snapshot of {name} around {named(x)}")
+    return found
+
+
+def snapshotted(ct: CaptureTrace, x: Launch) -> bool:
+    """The recorder took any snapshot around this launch."""
+    return bool(regions(ct, x, "before") or regions(ct, x, "after"))
+
+
+def all_values(r: SnapshotRegion, what: str) -> np.ndarray:
+    """Every element's value of a region; a region kept by its hash only, or cut short by
+    --values-max, cannot show them and is missing data. Values that disagree with the hash the
+    recorder computed over the same elements are a capture that lies: missing data too."""
+    if not r.complete:
+        raise Missing(
+            f"{what}: {r.values.size} of {r.elements} values kept (capture without --values-max "
+            "to judge every element)"
+        )
+    if r.elements <= HASH_CHECK_MAX and fnv1a_hex(r.values) != r.hash:
+        raise Missing(f"{what}: the kept values disagree with the recorder's hash of them")
+    return r.values
+
+
+def fnv1a_hex(values: np.ndarray) -> str:
+    """The recorder's FNV-1a 64 over each element's four bytes, as the hex it writes."""
+    h = FNV_OFFSET
+    for byte in np.ascontiguousarray(values, dtype="<f4").tobytes():
+        h = ((h ^ byte) * FNV_PRIME) & MASK64
+    return f"{h:016x}"
+
+
+def zeros_hash(elements: int) -> str:
+    """The hash of `elements` +0.0 values: every byte is 0, so each step only multiplies."""
+    return f"{(FNV_OFFSET * pow(FNV_PRIME, 4 * elements, 1 << 64)) & MASK64:016x}"
+
+
+# ---- the scale's snapshots (EGF003, EGF004, EGF012) ----
+@dataclass
+class ScaleView:
+    """What the recorder saw around one sp14_scale_wire_col launch. `problems` says why its
+    snapshots cannot show the contract's wire (absent, or not of the region the launch names);
+    `alpha` is None when the gate was not snapshotted."""
+
+    launch: Launch
+    alpha: np.float32 | None
+    wire_before: SnapshotRegion | None
+    wire_after: SnapshotRegion | None
+    body_same: bool | None  # the other columns' hash unchanged by the launch
+    problems: list[str]
+
+
+def _region_problems(r: SnapshotRegion, ptr: object, elements: int, ld: int, skip: int) -> str:
+    if (r.ptr, r.elements, r.ld, r.skip_col) != (ptr, elements, ld, skip):
+        return (
+            f"its {r.when} snapshot of {r.region} covers {r.elements} elements at row stride "
+            f"{r.ld}, not the launch's own region"
+        )
+    return ""
+
+
+def scale_views(ct: CaptureTrace) -> list[ScaleView]:
+    from egf_audit.runtime.contract import SCALE_KERNEL
+
+    views = []
+    for x in ct.trace.kernels(SCALE_KERNEL):
+        a = x.args
+        rows, ld, index = a.get("rows", 0), a.get("ld", 0), a.get("isv_index", 0)
+        before, after = regions(ct, x, "before"), regions(ct, x, "after")
+        problems = []
+        for when, got in (("before", before), ("after", after)):
+            for name in ("wire", "body") + (("alpha",) if when == "before" else ()):
+                if name not in got:
+                    problems.append(f"no {when} snapshot of its {name}")
+        shapes = {
+            "wire": (a.get("dx_concat"), rows, 1, -1),
+            "body": (a.get("dx_concat"), rows * ld, ld, ld - 1),
+            "alpha": (a.get("isv", 0) + 4 * index, 1, 1, -1),
+        }
+        for got in (before, after):
+            for name, r in got.items():
+                if name in shapes and (p := _region_problems(r, *shapes[name])):
+                    problems.append(p)
+        alpha = None
+        if "alpha" in before and before["alpha"].values.size == 1:
+            alpha = np.float32(before["alpha"].values[0])
+        body_same = None
+        if "body" in before and "body" in after:
+            body_same = before["body"].hash == after["body"].hash
+        views.append(
+            ScaleView(x, alpha, before.get("wire"), after.get("wire"), body_same, problems)
+        )
+    return views
