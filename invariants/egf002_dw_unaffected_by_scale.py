@@ -145,4 +145,8 @@ INVARIANT = Invariant(
         "weight on the wire learns at a rate set by the aux head's accuracy."
     ),
     check=check,
+    capture_undecidable=(
+        "needs the same step replayed with alpha in {0, 0.37, 1} and with the scale skipped; "
+        "a capture records the trainer's one run and changes nothing"
+    ),
 )

@@ -177,4 +177,8 @@ INVARIANT = Invariant(
         "grad w_b0fc."
     ),
     check=check,
+    capture_undecidable=(
+        "needs the trainer's weights, batch and gradients in full for an independent fp64 "
+        "model; the capture keeps the ABI kernels' regions only"
+    ),
 )

@@ -151,4 +151,8 @@ INVARIANT = Invariant(
     ),
     check=check,
     reads=("launches",),
+    capture_undecidable=(
+        "needs every buffer compared around every launch; the capture snapshots the ABI "
+        "kernels' regions only"
+    ),
 )

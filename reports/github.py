@@ -17,7 +17,7 @@ from pathlib import Path
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
-from egf_audit.reports.model import STATUS_LABEL, Gate
+from egf_audit.reports.model import STATUS_LABEL, CaptureReport, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
@@ -62,7 +62,10 @@ def entry_line(text: str, name: str) -> int:
 def kernel_location(gate: Gate, result) -> tuple[str, int] | None:
     """(file, line) of the trainer's kernel a failed verdict involves, under --kernels only: a
     bundled kernel is no file of the pull request."""
-    trainer = {s.spec.name: s for s in gate.report.kernels.sources if s.origin == "kernels-dir"}
+    kernels = gate.report.kernels
+    if kernels is None:  # a capture reads no kernel source
+        return None
+    trainer = {s.spec.name: s for s in kernels.sources if s.origin == "kernels-dir"}
     if not trainer:
         return None
     said = result.verdict.summary + " " + json.dumps(jsonable(result.verdict.evidence))
@@ -89,6 +92,8 @@ def annotations(gate: Gate) -> list[str]:
         file, line = where if where else (None, None)
         text = f"[{r.mode}] {slug}: {message} ({r.verdict.summary})"
         lines.append(command("error", text, title=r.code, file=file, line=line))
+    for problem in report.problems():
+        lines.append(command("error", problem, title="egf-audit --capture"))
     warned: dict[str, list] = {}
     for r in report.results:
         if r.verdict.status == WARN:
@@ -127,7 +132,9 @@ def step_summary(gate: Gate) -> str:
         ]
         for inv in report.invariants
     ]
-    wires = [[w.wire, ROW_STATUS[w.status], ", ".join(w.codes)] for w in wire_status(report)]
+    capture = isinstance(report, CaptureReport)
+    wires = [] if capture else wire_status(report)
+    wire_rows = [[w.wire, ROW_STATUS[w.status], ", ".join(w.codes)] for w in wires]
     lines = [f"## egf-audit: {gate.line()}", ""]
     lines += [f"- {reason}" for reason in gate.reasons()]
     if gate.reasons():
@@ -135,7 +142,8 @@ def step_summary(gate: Gate) -> str:
     if gate.stale:
         lines += [f"**{code(gate.document)} is STALE**: run `{report.command}` and commit it.", ""]
     lines += table(["code", "invariant", *report.modes], rows)
-    lines += ["", *table(["wire", "status", "proved by"], wires)]
+    if wire_rows:
+        lines += ["", *table(["wire", "status", "proved by"], wire_rows)]
     info = report.run_info
     if info:
         versions = ", ".join(

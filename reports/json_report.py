@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from egf_audit.reports.model import Gate
+from egf_audit.reports.model import CaptureReport, Gate
+
+if TYPE_CHECKING:
+    from egf_audit.reports.model import AuditReport
 
 SCHEMA = "egf-audit/run/2"  # 2: ok/verdict are the gate's (a stale document fails), run info
+CAPTURE_SCHEMA = "egf-audit/capture/2"  # 2: the rebuild's verdict type, one section a process
 
 
 def jsonable(value: Any) -> Any:
@@ -27,8 +31,60 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _verdicts(report: AuditReport | CaptureReport) -> list[dict[str, Any]]:
+    return [
+        {
+            "code": inv.code,
+            "slug": inv.slug,
+            "message": inv.message,
+            "verdicts": {
+                mode: {
+                    "status": r.verdict.status,
+                    "summary": r.verdict.summary,
+                    "evidence": jsonable(r.verdict.evidence),
+                }
+                for mode in report.modes
+                if (r := report.result(inv.code, mode)) is not None
+            },
+        }
+        for inv in report.invariants
+    ]
+
+
+def _document(gate: Gate) -> dict[str, Any]:
+    return {
+        "path": gate.document,
+        "checked": gate.checked,
+        "stale": gate.stale,
+        "reason": gate.stale_reason or None,
+    }
+
+
+def capture_report_dict(gate: Gate, report: CaptureReport, exit_code: int) -> dict[str, Any]:
+    return {
+        "schema": CAPTURE_SCHEMA,
+        "egf_audit_version": report.version,
+        "ok": gate.ok,
+        "exit_code": exit_code,
+        "verdict": gate.line(),
+        "reasons": gate.reasons(),
+        "invariants_ok": report.ok,
+        "command": report.command,
+        "sections": list(report.modes),
+        "incomplete": list(report.incomplete),
+        "missing": list(report.missing),
+        "not_audited": list(report.not_audited),
+        "processes": jsonable(list(report.sections)),
+        "run": jsonable(report.run_info),
+        "invariants": _verdicts(report),
+        "document": _document(gate),
+    }
+
+
 def report_dict(gate: Gate, exit_code: int) -> dict[str, Any]:
     report = gate.report
+    if isinstance(report, CaptureReport):
+        return capture_report_dict(gate, report, exit_code)
     return {
         "schema": SCHEMA,
         "egf_audit_version": report.version,
@@ -50,29 +106,8 @@ def report_dict(gate: Gate, exit_code: int) -> dict[str, Any]:
         "kernel_headers": [{"path": p, "sha256": h} for p, h in report.kernels.headers()],
         "kernels_ignored": list(report.kernels.ignored),
         "cublas_witness": report.witness,
-        "invariants": [
-            {
-                "code": inv.code,
-                "slug": inv.slug,
-                "message": inv.message,
-                "verdicts": {
-                    mode: {
-                        "status": r.verdict.status,
-                        "summary": r.verdict.summary,
-                        "evidence": jsonable(r.verdict.evidence),
-                    }
-                    for mode in report.modes
-                    if (r := report.result(inv.code, mode)) is not None
-                },
-            }
-            for inv in report.invariants
-        ],
-        "document": {
-            "path": gate.document,
-            "checked": gate.checked,
-            "stale": gate.stale,
-            "reason": gate.stale_reason or None,
-        },
+        "invariants": _verdicts(report),
+        "document": _document(gate),
     }
 
 

@@ -13,7 +13,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from egf_audit.invariants.registry import FAIL, WARN
+from egf_audit.invariants.registry import FAIL, UNDECIDED, WARN
 from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.model import Gate
 
@@ -31,21 +31,24 @@ def testcase_name(code: str, mode: str) -> str:
 
 DOCUMENT_CASE = "document-current"
 SANITIZER_CASE = "compute-sanitizer"
+CAPTURE_CASE = "capture-complete"  # run --capture: an incomplete capture, or no SP14 trainer
 
 
 def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
     """`seconds`: time each invariant's check took over all modes (split evenly per mode)."""
     report = gate.report
     seconds = seconds or {}
+    problems = report.problems()
+    extra = int(bool(gate.sanitizer_failures)) + int(bool(problems))
     suites = ET.Element("testsuites", name="egf-audit")
     suite = ET.SubElement(
         suites,
         "testsuite",
         name="egf-audit",
         errors="0",
-        failures=str(len(report.failures) + int(gate.stale) + int(bool(gate.sanitizer_failures))),
-        skipped="0",
-        tests=str(len(report.results) + int(gate.checked) + int(bool(gate.sanitizer_failures))),
+        failures=str(len(report.failures) + int(gate.stale) + extra),
+        skipped=str(len(report.undecided)),
+        tests=str(len(report.results) + int(gate.checked) + extra),
         time=f"{sum(seconds.values()):.3f}",
     )
     modes_of = {r.code: sum(1 for q in report.results if q.code == r.code) for r in report.results}
@@ -78,6 +81,16 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
         elif r.verdict.status == WARN:
             out = ET.SubElement(case, "system-out")
             out.text = clean(f"warning: {body}")
+        elif r.verdict.status == UNDECIDED:
+            ET.SubElement(case, "skipped", message=clean(r.verdict.summary))
+    if problems:
+        case = ET.SubElement(
+            suite, "testcase", classname="egf_audit.capture", name=CAPTURE_CASE, time="0.000"
+        )
+        failure = ET.SubElement(
+            case, "failure", message=clean(problems[0]), type="CaptureIncomplete"
+        )
+        failure.text = clean("\n".join(problems))
     if gate.checked:
         _document_case(suite, gate)
     if gate.sanitizer_failures:

@@ -17,6 +17,16 @@ def code(value: object) -> str:
     return f"`{text}`"
 
 
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<>#!|~"})
+
+
+def text(value: object) -> str:
+    """Untrusted text (a name from a trainer's layout file, a summary quoting it) as plain
+    markdown: one line, every character that could open markup, a link, HTML or a table cell
+    escaped, so a name can neither format nor inject anything."""
+    return " ".join(str(value).split()).translate(_MARKDOWN) or " "
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """A GitHub-flavoured markdown table; cells are escaped with `cell`."""
     lines = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from egf_audit.invariants.registry import FAIL, PASS, WARN
+from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED, WARN
 
 if TYPE_CHECKING:
     from egf_audit.invariants import Result
@@ -18,11 +18,52 @@ if TYPE_CHECKING:
     from egf_audit.runtime.kernel_sources import KernelSet
 
 NOT_RUN = "not run"
-STATUS_LABEL = {PASS: "✅ pass", FAIL: "❌ fail", WARN: "⚠️ warn", NOT_RUN: "—"}
+STATUS_LABEL = {
+    PASS: "✅ pass",
+    FAIL: "❌ fail",
+    WARN: "⚠️ warn",
+    UNDECIDED: "➖ undecided",
+    NOT_RUN: "—",
+}
+
+
+class _Verdicts:
+    """What every report answers from its results, the rebuild's and the capture's alike."""
+
+    results: tuple[Result, ...]
+    invariants: tuple[Invariant, ...]
+
+    def result(self, code: str, mode: str) -> Result | None:
+        for r in self.results:
+            if r.code == code and r.mode == mode:
+                return r
+        return None
+
+    @property
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if r.verdict.status == FAIL]
+
+    @property
+    def warnings(self) -> list[Result]:
+        return [r for r in self.results if r.verdict.status == WARN]
+
+    @property
+    def undecided(self) -> list[Result]:
+        return [r for r in self.results if r.verdict.status == UNDECIDED]
+
+    @property
+    def ok(self) -> bool:
+        """Every invariant holds; a warning counts as holding, and so does an invariant a
+        capture documents as undecidable for its input. (The gate adds the rest: the cuBLAS
+        witness, a stale document, what makes a capture incomplete.)"""
+        return not self.failures
+
+    def invariant(self, code: str) -> Invariant | None:
+        return next((inv for inv in self.invariants if inv.code == code), None)
 
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditReport(_Verdicts):
     config: Any  # egf_audit.pipeline.config.Config: read, never imported
     modes: tuple[str, ...]
     steps: int
@@ -41,26 +82,6 @@ class AuditReport:
     def witness_ok(self) -> bool:
         return self.witness is None or bool(self.witness["ok"])
 
-    def result(self, code: str, mode: str) -> Result | None:
-        for r in self.results:
-            if r.code == code and r.mode == mode:
-                return r
-        return None
-
-    @property
-    def failures(self) -> list[Result]:
-        return [r for r in self.results if r.verdict.status == FAIL]
-
-    @property
-    def warnings(self) -> list[Result]:
-        return [r for r in self.results if r.verdict.status == WARN]
-
-    @property
-    def ok(self) -> bool:
-        """Every invariant holds; a warning counts as holding. (The cuBLAS witness decides the
-        exit code on its own: see runner.run_audit.)"""
-        return not self.failures
-
     def combined_status(self, codes: tuple[str, ...]) -> str:
         """One status over several invariants and every mode run: fail beats warn beats pass;
         NOT_RUN when any of them has no verdict (a registry without that code)."""
@@ -75,12 +96,43 @@ class AuditReport:
                 return status
         return PASS
 
-    def invariant(self, code: str) -> Invariant | None:
-        return next((inv for inv in self.invariants if inv.code == code), None)
+    def problems(self) -> list[str]:
+        """What fails the gate beyond the verdicts: nothing, for the rebuild."""
+        return []
 
 
-def verdict_line(report: AuditReport) -> str:
+@dataclass(frozen=True)
+class CaptureReport(_Verdicts):
+    """What `run --capture` renders: the verdicts of every audited process of one capture, in
+    the rebuild's `Result` type, one section ("process 1", ...) where the rebuild has a mode.
+    Nothing here names a process id or an address: two captures of the same code give the
+    same document."""
+
+    invariants: tuple[Invariant, ...]
+    modes: tuple[str, ...]  # the audited processes' sections
+    results: tuple[Result, ...]
+    sections: tuple[dict[str, Any], ...]  # per section: launches, sites, layout, naming, GEMMs
+    incomplete: tuple[str, ...] = ()  # what makes the capture incomplete: fails the gate
+    missing: tuple[str, ...] = ()  # no process is an SP14 trainer: fails the gate
+    not_audited: tuple[str, ...] = ()  # processes with no ABI launch
+    command: str = "egf-audit run --capture DIR"
+    version: str = ""
+    run_info: dict[str, Any] = field(default_factory=dict)  # the folder, pids: never in the doc
+    witness: dict[str, Any] | None = None  # a capture has no cuBLAS witness
+    kernels: KernelSet | None = None  # the trainer's sources are not read by a capture
+
+    @property
+    def witness_ok(self) -> bool:
+        return True
+
+    def problems(self) -> list[str]:
+        return [*self.missing, *self.incomplete]
+
+
+def verdict_line(report: AuditReport | CaptureReport) -> str:
     """The overall verdict in one device-independent sentence."""
+    if isinstance(report, CaptureReport):
+        return _capture_line(report)
     modes = " and ".join(report.modes)
     if report.ok:
         line = f"PASS: all {len(report.invariants)} invariants hold in {modes}"
@@ -92,13 +144,34 @@ def verdict_line(report: AuditReport) -> str:
     return f"FAIL: {len(failed)} of {len(report.results)} verdicts failed: " + ", ".join(failed)
 
 
+def _capture_line(report: CaptureReport) -> str:
+    problems = report.problems()
+    if problems or report.failures:
+        parts = []
+        if report.failures:
+            failed = ", ".join(f"{r.code}[{r.mode}]" for r in report.failures)
+            parts.append(
+                f"{len(report.failures)} of {len(report.results)} verdicts failed: {failed}"
+            )
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            parts.append(f"{problems[0]}{more}")
+        return "FAIL: trainer process: " + "; ".join(parts)
+    held = sum(r.verdict.status in (PASS, WARN) for r in report.results)
+    line = f"PASS: trainer process: {held} verdicts hold in {' and '.join(report.modes)}"
+    if report.undecided:
+        codes = ", ".join(sorted({r.code for r in report.undecided}))
+        line += f"; {len(report.undecided)} cannot be decided from this capture ({codes})"
+    return line
+
+
 @dataclass(frozen=True)
 class Gate:
     """The one verdict of a run over everything that decides its exit code: the invariants,
     the cuBLAS witness and, with --check, whether the committed document is current. Every
     output (stdout's last line, JSON, JUnit, annotations, step summary) says this same verdict."""
 
-    report: AuditReport
+    report: AuditReport | CaptureReport
     document: str  # the document's path, relative to the repository root
     checked: bool = False  # --check compared the committed document
     stale: bool = False
@@ -114,11 +187,13 @@ class Gate:
             and self.report.witness_ok
             and not self.stale
             and not self.sanitizer_failures
+            and not self.report.problems()
         )
 
     def reasons(self) -> list[str]:
         """Why the gate fails, one sentence each; [] when it passes."""
-        out = [f"{r.code}[{r.mode}] failed: {r.verdict.summary}" for r in self.report.failures]
+        out = list(self.report.problems())
+        out += [f"{r.code}[{r.mode}] failed: {r.verdict.summary}" for r in self.report.failures]
         if not self.report.witness_ok:
             out.append("the cuBLAS witness disagrees with the recorded SGEMMs")
         if self.stale:
@@ -129,7 +204,7 @@ class Gate:
     def line(self) -> str:
         """The last line of stdout: PASS or FAIL first, STALE named when it is."""
         invariants = verdict_line(self.report)
-        if not self.report.ok:
+        if not self.report.ok or self.report.problems():
             return invariants + (f"; {self.document} is also STALE" if self.stale else "")
         if self.stale:
             return f"FAIL: {self.document} is STALE ({invariants.removeprefix('PASS: ')})"

@@ -33,7 +33,7 @@ from egf_audit.reports import github
 from egf_audit.reports.document import first_stale_line, render_document, stale_diff
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
-from egf_audit.reports.model import AuditReport, Gate
+from egf_audit.reports.model import AuditReport, CaptureReport, Gate
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
@@ -281,10 +281,18 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
 
 
 def _gate(req: RunRequest, report: AuditReport, document: str, base: Path) -> Gate:
-    shown_out = shown(req.out, base)
-    if not req.check:
+    return document_gate(report, document, Path(req.out), req.check, base)
+
+
+def document_gate(
+    report: AuditReport | CaptureReport, document: str, out: Path, check: bool, base: Path
+) -> Gate:
+    """The gate of a rendered document: with `check`, whether the committed one at `out` is
+    current (the rebuild's and the capture's documents alike)."""
+    shown_out = shown(out, base)
+    if not check:
         return Gate(report, shown_out)
-    committed = _read_committed(Path(req.out))
+    committed = _read_committed(out)
     if committed is None:
         return Gate(
             report,

@@ -43,6 +43,7 @@ DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")  # the same as commands.DEFAULT_
 
 @with_help(EXIT_CODES)
 def run(
+    ctx: typer.Context,
     device: Device = "auto",
     preset: Preset = None,
     config: ConfigFile = None,
@@ -86,7 +87,7 @@ def run(
         typer.Option(
             "--capture",
             help="Audit a capture of the trainer's own process (egf-audit capture) instead of "
-            "the rebuild; --out then defaults to DIR/trainer-audit.md (docs/capture.md).",
+            "the rebuild; --out then defaults to docs/trainer-audit.md (docs/capture.md).",
             metavar="DIR",
         ),
     ] = None,
@@ -111,14 +112,24 @@ def run(
     fail still writes the document and exits 1. With GITHUB_ACTIONS=true it also prints
     workflow annotations and appends a summary to GITHUB_STEP_SUMMARY.
     """
+    stdout, stderr = consoles()
     if capture is not None:
         with exit_codes(debug):
-            from egf_audit.capture import cli
+            check_output_format(output_format)
+            refuse_for_capture(ctx)
+            from egf_audit.cli import capture_commands
 
-            given = out if out != DEFAULT_OUT else None
-            code = cli.gate(capture, given, check, json_out, junit, quiet)
-        raise typer.Exit(code)
-    stdout, stderr = consoles()
+            request = capture_commands.CaptureRequest(
+                folder=capture,
+                out=out if _given(ctx, "out") else capture_commands.DEFAULT_CAPTURE_OUT,
+                check=check,
+                json_out=json_out,
+                junit_out=junit,
+                trace_out=trace,
+                output_format=output_format,
+            )
+            outcome = capture_commands.run_capture_audit(request)
+        _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
     with exit_codes(debug):
         check_output_format(output_format)
         from egf_audit.cli import commands  # torch, numpy and the pipeline load here
@@ -143,6 +154,44 @@ def run(
         )
         with progress_for(stderr, quiet) as progress:
             outcome = commands.run_audit(request, progress)
+    _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
+
+
+# options of `run` that shape the rebuild only: with --capture they would mean nothing, so
+# they are refused (exit 2) rather than silently ignored
+REBUILD_ONLY = (
+    "device",
+    "preset",
+    "config",
+    "seed",
+    "steps",
+    "mode",
+    "kernels",
+    "cublas_log",
+    "launch_timeout",
+    "sanitize",
+)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def refuse_for_capture(ctx: typer.Context) -> None:
+    from egf_audit.errors import UsageError
+
+    given = [name for name in REBUILD_ONLY if _given(ctx, name)]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UsageError(
+            f"{flags} shape{'s' * (len(given) == 1)} the rebuild and mean{'s' * (len(given) == 1)} "
+            "nothing for --capture (the capture recorded the trainer as it ran): leave "
+            f"{'it' if len(given) == 1 else 'them'} out"
+        )
+
+
+def _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace) -> None:
     # stdout carrying JSON, JUnit or a trace must parse: the human part goes to stderr then
     machine = output_format in ("json", "junit") or STDOUT in map(str, (json_out, junit, trace))
     table = not quiet and output_format != "github"  # github: the annotations and the verdict
@@ -193,12 +242,15 @@ def _print_run(
                 stderr.file.write("".join(gate.diff))
         elif not quiet:
             err(f"egf-audit: {outcome.typed_out} is up to date")
+    for problem in report.problems():
+        err(f"egf-audit: {problem}")
     if quiet:
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
     info = report.run_info
     if table:
         print_verdicts(human, report)
+    if table and "timings_s" in info:
         timings = info.get("timings_s", {})
         human.print(
             Text(

@@ -14,14 +14,19 @@ from rich.table import Table
 from rich.text import Text
 
 from egf_audit.cli.options import NARROW
-from egf_audit.invariants.registry import FAIL, PASS, WARN
-from egf_audit.reports.model import AuditReport
+from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED, WARN
+from egf_audit.reports.model import AuditReport, CaptureReport
 
 if TYPE_CHECKING:
     from egf_audit.invariants.registry import Invariant
     from egf_audit.scenarios.mutants import MutantsResult
 
-STATUS_STYLE = {PASS: ("pass", "green"), FAIL: ("FAIL", "bold red"), WARN: ("warn", "yellow")}
+STATUS_STYLE = {
+    PASS: ("pass", "green"),
+    FAIL: ("FAIL", "bold red"),
+    WARN: ("warn", "yellow"),
+    UNDECIDED: ("undecided", "dim"),
+}
 
 
 def status_text(status: str | None) -> Text:
@@ -29,7 +34,7 @@ def status_text(status: str | None) -> Text:
     return Text(label, style=style)
 
 
-def _notes(report: AuditReport, code: str) -> list[str]:
+def _notes(report: AuditReport | CaptureReport, code: str) -> list[str]:
     """What a verdict that did not simply pass says, labelled by its modes; a pass says
     nothing here (its summary is in the document), which keeps a passing run's table short."""
     by_summary: dict[str, list[str]] = {}
@@ -40,7 +45,7 @@ def _notes(report: AuditReport, code: str) -> list[str]:
     return [f"{' and '.join(modes)}: {summary}" for summary, modes in by_summary.items()]
 
 
-def verdict_table(report: AuditReport) -> Table:
+def verdict_table(report: AuditReport | CaptureReport) -> Table:
     table = Table(title="egf-audit verdicts", title_justify="left")
     table.add_column("code", no_wrap=True)
     table.add_column("invariant", no_wrap=True)
@@ -57,7 +62,7 @@ def verdict_table(report: AuditReport) -> Table:
     return table
 
 
-def verdict_lines(report: AuditReport) -> list[Text]:
+def verdict_lines(report: AuditReport | CaptureReport) -> list[Text]:
     """The verdict table as lines, for narrow terminals."""
     lines = [Text("egf-audit verdicts")]
     for inv in report.invariants:
@@ -70,7 +75,7 @@ def verdict_lines(report: AuditReport) -> list[Text]:
     return lines
 
 
-def print_verdicts(console: Console, report: AuditReport) -> None:
+def print_verdicts(console: Console, report: AuditReport | CaptureReport) -> None:
     if console.width < NARROW:
         for line in verdict_lines(report):
             console.print(line, soft_wrap=True)

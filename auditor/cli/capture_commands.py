@@ -1,0 +1,149 @@
+"""The plain function behind `egf-audit run --capture DIR`: the capture's verdicts through the
+rebuild's gate, renderers and output handling. Nothing here prints.
+
+The same rules as `run`: two outputs on one path are refused (exit 2) before anything is read,
+`-` is stdout, `--output-format` picks what stdout carries, every file is staged and replaced
+together, `--check` compares the committed document and names it STALE. One more: no output
+may lie inside the capture folder (a capture is evidence; nothing replaces a file in it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from egf_audit import __version__
+from egf_audit.capture.audit import CaptureAudit, ProcessAudit, audit_capture
+from egf_audit.cli.commands import RunOutcome, document_gate
+from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct, is_stdout
+from egf_audit.cli.paths import document_base, shown
+from egf_audit.errors import UsageError
+from egf_audit.invariants import INVARIANTS, Result
+from egf_audit.reports import github
+from egf_audit.reports.capture_document import capture_step_summary, render_capture_document
+from egf_audit.reports.json_report import render_json
+from egf_audit.reports.junit import render_junit
+from egf_audit.reports.model import CaptureReport
+
+DEFAULT_CAPTURE_OUT = Path("docs/trainer-audit.md")
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    folder: Path
+    out: Path = DEFAULT_CAPTURE_OUT
+    check: bool = False
+    json_out: Path | None = None
+    junit_out: Path | None = None
+    trace_out: Path | None = None
+    output_format: str = "text"
+    use_layout: bool = True
+
+    def outputs(self) -> dict[str, Path | str | None]:
+        stdout_format = None if self.output_format in ("text", "github") else STDOUT
+        return {
+            "--out": self.out,
+            "--json": self.json_out,
+            "--junit": self.junit_out,
+            "--trace": self.trace_out,
+            f"--output-format {self.output_format}": stdout_format,
+        }
+
+    def command(self) -> str:
+        """The document's own command: the capture folder named by its role, never by where
+        this capture happens to lie (the next capture of the same code lies elsewhere)."""
+        out = "" if self.out == DEFAULT_CAPTURE_OUT else f" --out {self.out.as_posix()}"
+        return f"egf-audit run --capture CAPTURE_DIR{out}"
+
+
+def _refuse_outputs_inside(req: CaptureRequest) -> None:
+    folder = os.path.realpath(req.folder)
+    for option, path in req.outputs().items():
+        if path is None or is_stdout(path):
+            continue
+        where = os.path.realpath(path)
+        if where == folder or where.startswith(folder + os.sep):
+            raise UsageError(
+                f"{option} {path} lies inside the capture folder {req.folder}: a capture is "
+                "evidence, and nothing replaces a file in it; write the output elsewhere"
+            )
+
+
+def _section(p: ProcessAudit) -> dict:
+    ct = p.capture
+    return {
+        "section": p.section,
+        "launches": len(ct.trace.launches),
+        "gemms": sum(1 for _ in ct.trace.sgemms()),
+        "steps": len(ct.steps()),
+        "sites": len(ct.sites),
+        "layout": "file" if ct.layout.from_file else "inferred",
+        "layout_note": p.layout_note,
+        "naming": ct.layout.naming(),
+        "gemms_not_judged": [
+            f"launch {i} (step {ct.trace.launches[i].step}, {ct.trace.launches[i].label})"
+            for i in p.unresolved_gemms
+        ],
+    }
+
+
+def capture_report(audit: CaptureAudit, command: str) -> CaptureReport:
+    results = tuple(
+        Result(code, p.section, verdict) for p in audit.processes for code, verdict in p.verdicts
+    )
+    return CaptureReport(
+        invariants=tuple(INVARIANTS),
+        modes=tuple(p.section for p in audit.processes),
+        results=results,
+        sections=tuple(_section(p) for p in audit.processes),
+        incomplete=tuple(audit.incomplete),
+        missing=tuple(audit.missing),
+        not_audited=tuple(audit.not_audited),
+        command=command,
+        version=__version__,
+        run_info={
+            "capture": str(audit.folder),
+            "pids": {p.section: p.capture.process.pid for p in audit.processes},
+        },
+    )
+
+
+def run_capture_audit(req: CaptureRequest) -> RunOutcome:
+    check_distinct(req.outputs())
+    _refuse_outputs_inside(req)
+    audit = audit_capture(req.folder, use_layout=req.use_layout)
+    report = capture_report(audit, req.command())
+    document = render_capture_document(report)
+    gate = document_gate(report, document, req.out, req.check, document_base(req.out))
+    outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)
+    outcome.typed_out = req.out.as_posix()
+    if gate.stale:
+        outcome.advice = (
+            f"run `egf-audit run --capture {req.folder.as_posix()} --out "
+            f"{shown(req.out, Path.cwd())}` and commit it"
+        )
+    outputs = Outputs()
+    if not req.check:
+        outputs.add(req.out, document)
+    json_text = render_json(gate, outcome.exit_code)
+    junit_text = render_junit(gate)
+    outputs.add(req.json_out, json_text)
+    outputs.add(req.junit_out, junit_text)
+    if req.trace_out is not None:
+        lines = [line for p in audit.processes for line in p.capture.trace.to_jsonl()]
+        outputs.add(req.trace_out, "\n".join(lines) + "\n")
+    if req.output_format == "json":
+        outputs.add(STDOUT, json_text)
+    elif req.output_format == "junit":
+        outputs.add(STDOUT, junit_text)
+    outcome.written = outputs.write()
+    outcome.stdout = outputs.stdout
+    if github.in_github_actions() or req.output_format == "github":
+        outcome.annotations = github.annotations(gate)
+    if github.in_github_actions():
+        try:
+            github.append_step_summary(capture_step_summary(gate))
+        except OSError as exc:
+            outcome.notes.append(f"could not append to GITHUB_STEP_SUMMARY: {exc}")
+    return outcome
