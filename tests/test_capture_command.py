@@ -1,0 +1,390 @@
+"""`egf-audit capture` loses nothing: run_capture replaces --out only with a complete capture and
+leaves the previous capture and the --layout file as they were on every failure. On CPU: the
+recorder is never built or loaded, and the command is a Python script that writes the committed
+clean capture's files (tests/data/capture/clean) where the recorder would."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from egf_audit.capture import command as capture_command
+from egf_audit.capture.command import run_capture
+from egf_audit.errors import AuditEnvironmentError, UsageError
+
+CLEAN = Path(__file__).parent / "data" / "capture" / "clean"
+EVENTS = gzip.decompress((CLEAN / "events-483.jsonl.gz").read_bytes())
+SNAPSHOTS = gzip.decompress((CLEAN / "snapshots-483.bin.gz").read_bytes())
+LAYOUT = gzip.decompress((CLEAN / "layout.json.gz").read_bytes())
+OLD = {  # an earlier capture, as --out holds it
+    "events-77.jsonl": b'{"ev":"init","seq":0,"pid":77}\n',
+    "snapshots-77.bin": b"\x00\x01old",
+    "trace.jsonl": b'{"old": true}\n',
+    "manifest.json": b'{"exit_code": 0, "old": true}\n',
+    "layout.json": b'{"old layout copy": 1}',
+    "trainer-audit.md": b"# old audit\n",
+}
+OLD_LAYOUT = b'{"format": "egf-audit-layout/1", "from": "the earlier run"}'
+
+# The trainer: records what the clean capture recorded, then does what its flags say.
+TRAINER = r"""
+import gzip, os, pathlib, sys
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+src, dst = pathlib.Path(args["--data"]), pathlib.Path(os.environ["EGF_CAPTURE_DIR"])
+if "--marker" in args:
+    pathlib.Path(args["--marker"]).write_text("ran")
+record = args.get("--record", "all")
+if record in ("all", "init"):
+    events = gzip.decompress((src / "events-483.jsonl.gz").read_bytes())
+    if record == "init":
+        events = events.splitlines(keepends=True)[0]
+    (dst / "events-483.jsonl").write_bytes(events)
+    snapshots = gzip.decompress((src / "snapshots-483.bin.gz").read_bytes())
+    (dst / "snapshots-483.bin").write_bytes(snapshots)
+if args.get("--layout-out"):
+    layout = gzip.decompress((src / "layout.json.gz").read_bytes())
+    broken = int(args.get("--malformed", "0"))  # how many "{" become "["
+    pathlib.Path(args["--layout-out"]).write_bytes(layout.replace(b"{", b"[", broken))
+sys.exit(int(args.get("--exit", "0")))
+"""
+
+
+def trainer(tmp_path: Path, **flags: str | Path) -> list[str]:
+    cmd = [sys.executable, "-c", TRAINER, "--data", str(CLEAN)]
+    for name, value in flags.items():
+        cmd += [f"--{name.replace('_', '-')}", str(value)]
+    return cmd
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every entry of a folder (not recursing): name -> bytes, a folder as None."""
+    return {p.name: None if p.is_dir() else p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture
+def fake_recorder(tmp_path, monkeypatch):
+    """No toolkit and no GPU: the recorder 'builds' to an existing file and 'loads'."""
+    lib = tmp_path / "lib" / "libegf_capture_recorder.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"not a library")
+    loaded: list[str] = []
+    monkeypatch.setattr(capture_command, "build_recorder", lambda: lib)
+    monkeypatch.setattr(capture_command, "CDLL", loaded.append)
+    return loaded
+
+
+@pytest.fixture
+def earlier(tmp_path):
+    """A workspace after an earlier capture: ws/cap (the capture), ws/build/layout.json."""
+    ws = tmp_path / "ws"
+    (ws / "cap").mkdir(parents=True)
+    for name, data in OLD.items():
+        (ws / "cap" / name).write_bytes(data)
+    (ws / "build").mkdir()
+    (ws / "build" / "layout.json").write_bytes(OLD_LAYOUT)
+    return ws
+
+
+def assert_untouched(ws: Path) -> None:
+    """The earlier capture and layout file byte for byte, and nothing else beside them."""
+    assert files(ws) == {"build": None, "cap": None}
+    assert files(ws / "cap") == OLD
+    assert files(ws / "build") == {"layout.json": OLD_LAYOUT}
+
+
+# ---- a complete capture replaces the earlier one ----
+def test_a_complete_capture_replaces_the_earlier_one(tmp_path, fake_recorder, earlier):
+    layout = earlier / "build" / "layout.json"
+    cmd = trainer(tmp_path, layout_out=layout)
+    outcome = run_capture(cmd, earlier / "cap", layout)
+    assert fake_recorder == [str(tmp_path / "lib" / "libegf_capture_recorder.so")]
+    assert files(earlier) == {"build": None, "cap": None}  # no temporary or old folder left
+    assert files(earlier / "build") == {"layout.json": LAYOUT}  # the saved copy is gone
+    got = files(earlier / "cap")
+    assert sorted(got) == [
+        "events-483.jsonl",
+        "layout.json",
+        "manifest.json",
+        "snapshots-483.bin",
+        "trace.jsonl",
+    ]
+    assert got["events-483.jsonl"] == EVENTS
+    assert got["snapshots-483.bin"] == SNAPSHOTS
+    assert got["layout.json"] == LAYOUT
+    manifest = json.loads(got["manifest.json"])
+    assert manifest["command"] == cmd
+    assert manifest["exit_code"] == 0
+    assert manifest["layout"] == "layout.json"
+    assert [(p["pid"], p["audited"]) for p in manifest["processes"]] == [(483, True)]
+    trace = got["trace.jsonl"].decode().splitlines()
+    assert json.loads(trace[0])["scenario"] == "capture"
+    assert len(trace) > 500
+    # the fields the command line prints
+    assert outcome.exit_code == 0 and outcome.wall_s > 0
+    assert outcome.processes == manifest["processes"]
+    assert outcome.written == [
+        earlier / "cap" / name for name in ("layout.json", "trace.jsonl", "manifest.json")
+    ]
+
+
+def test_a_new_folder_is_created_with_the_usual_mode_and_nothing_beside_it(tmp_path, fake_recorder):
+    out = tmp_path / "new" / "cap"
+    run_capture(trainer(tmp_path), out)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask  # not mkdtemp's 0700
+    assert files(tmp_path / "new") == {"cap": None}
+    assert sorted(files(out)) == [
+        "events-483.jsonl",
+        "manifest.json",
+        "snapshots-483.bin",
+        "trace.jsonl",
+    ]
+    assert json.loads((out / "manifest.json").read_text())["layout"] is None
+
+
+def test_an_empty_folder_is_replaced_and_keeps_its_mode(tmp_path, fake_recorder):
+    out = tmp_path / "cap"
+    out.mkdir()
+    out.chmod(0o750)
+    run_capture(trainer(tmp_path), out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
+    assert files(tmp_path) == {"cap": None, "lib": None}
+
+
+def test_a_command_that_crashes_after_recording_still_replaces_the_capture(
+    tmp_path, fake_recorder, earlier
+):
+    layout = earlier / "build" / "layout.json"
+    outcome = run_capture(trainer(tmp_path, layout_out=layout, exit=7), earlier / "cap", layout)
+    assert outcome.exit_code == 7
+    assert json.loads((earlier / "cap" / "manifest.json").read_text())["exit_code"] == 7
+    assert (earlier / "cap" / "events-483.jsonl").read_bytes() == EVENTS
+    assert files(earlier) == {"build": None, "cap": None}
+    assert files(earlier / "build") == {"layout.json": LAYOUT}
+
+
+def test_through_a_symlink_the_folder_it_points_at_is_replaced(tmp_path, fake_recorder, earlier):
+    link = tmp_path / "cap-link"
+    link.symlink_to(earlier / "cap")
+    run_capture(trainer(tmp_path), link)
+    assert link.is_symlink() and link.resolve() == earlier / "cap"
+    assert (earlier / "cap" / "events-483.jsonl").read_bytes() == EVENTS
+    assert "events-77.jsonl" not in files(earlier / "cap")
+    assert files(earlier) == {"build": None, "cap": None}
+
+
+# ---- a failed run keeps the earlier capture and layout file ----
+@pytest.mark.parametrize(
+    ("record", "words"),
+    [
+        ("none", "the recorder was not loaded into the command (exit 3)"),
+        ("init", "the command recorded no launch at all (exit 3)"),
+    ],
+)
+def test_a_command_that_records_nothing_keeps_the_earlier_capture(
+    tmp_path, fake_recorder, earlier, record, words
+):
+    layout = earlier / "build" / "layout.json"
+    with pytest.raises(AuditEnvironmentError, match=re.escape(words)):
+        run_capture(trainer(tmp_path, record=record, exit=3), earlier / "cap", layout)
+    assert_untouched(earlier)
+
+
+def test_a_missing_layout_file_keeps_the_earlier_capture(tmp_path, fake_recorder, earlier):
+    layout = earlier / "build" / "layout.json"
+    with pytest.raises(UsageError, match="the command wrote no layout file there"):
+        run_capture(trainer(tmp_path), earlier / "cap", layout)
+    assert_untouched(earlier)
+
+
+def test_a_crash_before_the_layout_file_says_how_the_command_ended(
+    tmp_path, fake_recorder, earlier
+):
+    layout = earlier / "build" / "layout.json"
+    with pytest.raises(UsageError, match=r"wrote no layout file there \(it exited 9\)"):
+        run_capture(trainer(tmp_path, exit=9), earlier / "cap", layout)
+    assert_untouched(earlier)
+
+
+def test_a_malformed_layout_file_keeps_the_earlier_capture_and_the_rejected_file(
+    tmp_path, fake_recorder, earlier
+):
+    layout = earlier / "build" / "layout.json"
+    rejected = earlier / "build" / "layout.json.rejected"
+    with pytest.raises(UsageError, match="is not JSON") as caught:
+        run_capture(trainer(tmp_path, layout_out=layout, malformed=1), earlier / "cap", layout)
+    assert f"kept as {rejected}" in str(caught.value)
+    assert files(earlier) == {"build": None, "cap": None}
+    assert files(earlier / "cap") == OLD
+    assert files(earlier / "build") == {
+        "layout.json": OLD_LAYOUT,
+        "layout.json.rejected": LAYOUT.replace(b"{", b"[", 1),
+    }
+
+
+def test_without_an_earlier_layout_file_a_failed_run_leaves_none_there(
+    tmp_path, fake_recorder, earlier
+):
+    layout = earlier / "build" / "layout.json"
+    layout.unlink()
+    with pytest.raises(AuditEnvironmentError):
+        run_capture(trainer(tmp_path, layout_out=layout, record="init"), earlier / "cap", layout)
+    assert files(earlier / "build") == {"layout.json.rejected": LAYOUT}
+    assert files(earlier / "cap") == OLD
+
+
+def test_ctrl_c_during_the_run_keeps_the_earlier_capture(
+    tmp_path, fake_recorder, earlier, monkeypatch
+):
+    layout = earlier / "build" / "layout.json"
+    seen: dict[str, object] = {}
+
+    def interrupted(cmd, env, **kwargs):
+        # the layout file from before is out of the way while the command runs
+        seen["layout during the run"] = os.path.lexists(layout)
+        into = Path(env["EGF_CAPTURE_DIR"])
+        seen["into"] = into
+        (into / "events-483.jsonl").write_bytes(EVENTS[:1000])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(capture_command.subprocess, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_capture(["trainer"], earlier / "cap", layout)
+    into = seen["into"]
+    assert into.parent == earlier and into.name.startswith(".cap.egf-capture-tmp")
+    assert seen["layout during the run"] is False
+    assert_untouched(earlier)
+
+
+def test_ctrl_c_while_the_trace_is_written_keeps_the_earlier_capture(
+    tmp_path, fake_recorder, earlier, monkeypatch
+):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(capture_command, "to_trace", interrupted)
+    layout = earlier / "build" / "layout.json"
+    with pytest.raises(KeyboardInterrupt):
+        run_capture(trainer(tmp_path, layout_out=layout), earlier / "cap", layout)
+    assert files(earlier) == {"build": None, "cap": None}
+    assert files(earlier / "cap") == OLD
+    assert files(earlier / "build") == {"layout.json": OLD_LAYOUT, "layout.json.rejected": LAYOUT}
+
+
+def test_a_failed_rename_into_place_puts_the_earlier_capture_back(
+    tmp_path, fake_recorder, earlier, monkeypatch
+):
+    rename = os.rename
+
+    def failing(src, dst):
+        if "egf-capture-tmp" in str(src):
+            raise OSError(28, "No space left on device")
+        rename(src, dst)
+
+    monkeypatch.setattr(capture_command.os, "rename", failing)
+    layout = earlier / "build" / "layout.json"
+    with pytest.raises(AuditEnvironmentError, match=r"cannot replace .*No space left on device"):
+        run_capture(trainer(tmp_path, layout_out=layout), earlier / "cap", layout)
+    assert files(earlier) == {"build": None, "cap": None}
+    assert files(earlier / "cap") == OLD
+    assert files(earlier / "build") == {"layout.json": OLD_LAYOUT, "layout.json.rejected": LAYOUT}
+
+
+# ---- what --out and --layout may be, refused before the command runs ----
+def test_a_folder_of_other_files_is_refused_before_the_command_runs(tmp_path, fake_recorder):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "notes.txt").write_bytes(b"mine")
+    (out / "manifest.json").write_bytes(b"{}")
+    marker = tmp_path / "ran"
+    with pytest.raises(UsageError, match=r"--out .*results holds notes\.txt: it is no egf-audit"):
+        run_capture(trainer(tmp_path, marker=marker), out)
+    assert not marker.exists() and fake_recorder == []
+    assert files(out) == {"manifest.json": b"{}", "notes.txt": b"mine"}
+    assert files(tmp_path) == {"lib": None, "results": None}
+
+
+def test_a_capture_folder_with_a_subfolder_is_refused(tmp_path, fake_recorder, earlier):
+    (earlier / "cap" / "events-1.jsonl").mkdir()
+    marker = tmp_path / "ran"
+    with pytest.raises(UsageError, match=r"holds events-1\.jsonl/"):
+        run_capture(trainer(tmp_path, marker=marker), earlier / "cap")
+    assert not marker.exists()
+
+
+def test_a_folder_of_only_a_document_is_no_capture(tmp_path, fake_recorder):
+    out = tmp_path / "docs"
+    out.mkdir()
+    (out / "trainer-audit.md").write_bytes(b"# mine\n")
+    with pytest.raises(UsageError, match=r"holds no manifest\.json and no events"):
+        run_capture(trainer(tmp_path, marker=tmp_path / "ran"), out)
+    assert not (tmp_path / "ran").exists()
+    assert files(out) == {"trainer-audit.md": b"# mine\n"}
+
+
+def test_a_regular_file_is_refused_before_the_command_runs(tmp_path, fake_recorder):
+    out = tmp_path / "capture"
+    out.write_bytes(b"a file")
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    for named in (out, link):
+        with pytest.raises(UsageError, match=rf"--out {named} is not a folder but a file"):
+            run_capture(trainer(tmp_path, marker=tmp_path / "ran"), named)
+    assert not (tmp_path / "ran").exists()
+    assert out.read_bytes() == b"a file" and link.is_symlink()
+    assert files(tmp_path) == {"capture": b"a file", "lib": None, "link": b"a file"}
+
+
+def test_a_symlink_to_a_folder_of_other_files_is_refused(tmp_path, fake_recorder):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a.txt").write_bytes(b"a")
+    link = tmp_path / "cap"
+    link.symlink_to(mine)
+    with pytest.raises(UsageError, match=r"holds a\.txt"):
+        run_capture(trainer(tmp_path, marker=tmp_path / "ran"), link)
+    assert not (tmp_path / "ran").exists() and files(mine) == {"a.txt": b"a"}
+
+
+def test_the_current_folder_is_refused(tmp_path, fake_recorder, monkeypatch):
+    (tmp_path / "cap").mkdir()
+    monkeypatch.chdir(tmp_path / "cap")
+    with pytest.raises(UsageError, match="holds the current folder"):
+        run_capture(trainer(tmp_path, marker=tmp_path / "ran"), Path("."))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_layout_file_inside_out_is_refused(tmp_path, fake_recorder, earlier):
+    layout = earlier / "cap" / "layout.json"
+    with pytest.raises(UsageError, match="is inside --out"):
+        run_capture(trainer(tmp_path, layout_out=layout), earlier / "cap", layout)
+    assert_untouched(earlier)
+
+
+def test_the_trainer_runs_with_the_recorder_variables(tmp_path, fake_recorder, monkeypatch):
+    seen = {}
+    real = subprocess.run
+
+    def spy(cmd, env, **kwargs):
+        seen.update({k: env[k] for k in env if k.startswith(("EGF_CAPTURE", "CUDA_INJECTION"))})
+        return real(cmd, env=env, **kwargs)
+
+    monkeypatch.setattr(capture_command.subprocess, "run", spy)
+    run_capture(trainer(tmp_path), tmp_path / "cap", None, ("polyak_ema",), 32)
+    into = Path(seen.pop("EGF_CAPTURE_DIR"))
+    assert into.parent == tmp_path and into.name.startswith(".cap.egf-capture-tmp-")
+    assert not into.exists()
+    assert seen == {
+        "CUDA_INJECTION64_PATH": str(tmp_path / "lib" / "libegf_capture_recorder.so"),
+        "EGF_CAPTURE_SNAPSHOT": "polyak_ema",
+        "EGF_CAPTURE_VALUES_MAX": "32",
+    }
