@@ -56,7 +56,9 @@ def _wire_hits(rows: int, width: int, ld: int) -> int:
 
 
 def _scale_on(buffer: str, offset: int, rows: int, site: str) -> dict[str, Any]:
+    """A scale launch on the wrong buffer as EGF008's evidence names it, with the reason."""
     return {
+        "problems": [f"writes {buffer}, not sp14_d_dir_qaux_concat"],
         "label": f"sp14_scale_wire_col@{site}",
         "when": "between",
         "dx_concat": {"buffer": buffer, "offset": offset, "rows": rows, "width": 1, "ld": SH2 + 1},
