@@ -106,3 +106,16 @@ def test_a_fault_with_an_unknown_wiring_choice_is_refused_when_built():
     with pytest.raises(ValueError, match="scale_sites"):
         PRODUCTION.but(scale_sites=("main", "target"))
     assert PRODUCTION.but(fwd_dir_k=Width.SH2).fwd_dir_k is Width.SH2
+
+
+# ---- the capture side of every entry ----
+@pytest.mark.parametrize("invariant", INVARIANTS, ids=by_code)
+def test_every_entry_says_how_a_capture_decides_it_or_why_it_cannot(invariant):
+    """One judge per invariant: an entry holds its capture check beside its rebuild check, or
+    the reason a capture of the trainer cannot show what it needs (printed as UNDECIDED)."""
+    if invariant.capture is None:
+        assert len(invariant.capture_undecidable) > 40, invariant.code
+    else:
+        assert not invariant.capture_undecidable, invariant.code
+        assert invariant.capture.__module__ == invariant.check.__module__  # the same home
+        assert invariant.capture.__doc__, invariant.code

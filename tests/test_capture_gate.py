@@ -1,0 +1,118 @@
+"""`run --capture` is the rebuild's gate: the same output rules, verdict type and renderers, and
+the options that mean nothing for a capture refused. Built on copies of the committed clean
+capture (tests/data/capture/clean)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from egf_audit.cli.app import app
+
+DATA = Path(__file__).parent / "data" / "capture"
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def capture(tmp_path) -> Path:
+    folder = tmp_path / "capture"
+    shutil.copytree(DATA / "clean", folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--mode", "live"],
+        ["--device", "cpu"],
+        ["--preset", "prod"],
+        ["--steps", "2"],
+        ["--kernels", "kernels"],
+        ["--sanitize"],
+        ["--launch-timeout", "3"],
+    ],
+    ids=lambda o: o[0],
+)
+def test_an_option_that_shapes_the_rebuild_is_refused_with_a_capture(capture, tmp_path, option):
+    result = _invoke("run", "--capture", str(capture), "--out", str(tmp_path / "d.md"), *option)
+    assert result.exit_code == 2, result.output
+    assert f"{option[0]} shapes the rebuild and means nothing for --capture" in result.output
+    assert not (tmp_path / "d.md").exists()
+
+
+def test_an_output_inside_the_capture_folder_is_refused(capture):
+    before = sorted(p.name for p in capture.iterdir())
+    for option in ("--out", "--json", "--junit", "--trace"):
+        extra = [] if option == "--out" else ["--out", str(capture.parent / "d.md")]
+        result = _invoke("run", "--capture", str(capture), *extra, option, str(capture / "x"))
+        assert result.exit_code == 2, result.output
+        assert "lies inside the capture folder" in result.output
+    assert sorted(p.name for p in capture.iterdir()) == before
+
+
+def test_two_outputs_on_one_path_are_refused(capture, tmp_path):
+    same = str(tmp_path / "same")
+    out = str(tmp_path / "d.md")
+    result = _invoke("run", "--capture", str(capture), "--out", out, "--json", same, "--junit", same)
+    assert result.exit_code == 2
+    assert "--json and --junit both write" in result.output
+    assert not Path(same).exists() and not Path(out).exists()
+
+
+def test_stdout_carries_the_json_and_the_human_part_goes_to_stderr(capture, tmp_path):
+    runner = CliRunner()
+    args = ["run", "--capture", str(capture), "--out", str(tmp_path / "d.md")]
+    result = runner.invoke(app, [*args, "--output-format", "json"])
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "egf-audit/capture/2"
+    assert doc["exit_code"] == result.exit_code == (0 if doc["ok"] else 1)
+    assert doc["sections"] == ["process 1"]
+    codes = [inv["code"] for inv in doc["invariants"]]
+    assert codes == sorted(codes) and len(codes) == 13
+    result = runner.invoke(app, [*args, "--json", "-"])
+    assert json.loads(result.stdout)["verdict"] == doc["verdict"]
+
+
+def test_a_stale_check_names_stale_on_the_last_line(capture, tmp_path):
+    doc = tmp_path / "trainer-audit.md"
+    assert _invoke("run", "--capture", str(capture), "--out", str(doc)).exit_code in (0, 1)
+    doc.write_text(doc.read_text() + "edited by hand\n")
+    result = _invoke("run", "--capture", str(capture), "--out", str(doc), "--check")
+    assert result.exit_code == 1
+    assert "STALE" in result.output.strip().splitlines()[-1]
+
+
+def test_the_document_is_the_same_for_another_capture_of_the_same_code(capture, tmp_path):
+    other = tmp_path / "elsewhere" / "another-name"
+    shutil.copytree(capture, other)
+    for old in other.glob("*-483.*"):  # another process id for the same run
+        old.rename(other / old.name.replace("-483.", "-9917."))
+    docs = []
+    for folder in (capture, other):
+        out = tmp_path / f"{folder.name}.md"
+        _invoke("run", "--capture", str(folder), "--out", str(out))
+        docs.append(out.read_bytes())
+    assert docs[0] == docs[1]
+    text = docs[0].decode()
+    assert "483" not in text and "capture" not in text.split("## How to reproduce")[0].lower()[:0]
+    assert "0x7f" not in text and "139730" not in text  # no device address
+
+
+def test_names_from_the_layout_file_are_escaped_in_the_document(capture, tmp_path):
+    raw = json.loads(gzip.decompress((capture / "layout.json.gz").read_bytes()))
+    evil = "obs|<img src=x onerror=alert(1)>`[x](y)"
+    raw["buffers"][evil] = raw["buffers"].pop("obs")
+    (capture / "layout.json.gz").write_bytes(gzip.compress(json.dumps(raw).encode()))
+    out = tmp_path / "d.md"
+    _invoke("run", "--capture", str(capture), "--out", str(out))
+    text = out.read_text()
+    assert evil not in text and "<img" not in text
+    assert "obs\\|\\<img src=x onerror=alert(1)\\>\\`\\[x\\](y)" in text
