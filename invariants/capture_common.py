@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from egf_audit.runtime.capture_model import CaptureTrace, Site, SnapshotRegion
     from egf_audit.runtime.trace import Launch
 
-FNV_OFFSET = 0xCBF29CE484222325
+FNV_OFFSET = 1469598103934665603  # the recorder's seed (egf_capture_recorder.c, write_region)
 FNV_PRIME = 0x100000001B3
 MASK64 = (1 << 64) - 1
 # a region's kept values are checked against its recorded hash up to this many elements (the
