@@ -1,0 +1,429 @@
+"""`egf-audit capture` of the stand-in trainer, emulated on the CPU.
+
+The real recorder (auditor/capture/egf_capture_recorder.c) needs a GPU: CUPTI calls it back for
+every driver call of the trainer process. Here the stand-in (`egf_audit.capture.standin.main`)
+runs on the CPU backend, wrapped in `RecordingBackend`, which delegates every call and writes,
+in program order, the event line(s) the recorder writes for the CUDA call the CUDA backend
+makes in its place: `cuMemAlloc_v2` and its zero-fill per buffer, one `cuMemcpyHtoDAsync_v2`
+per upload, `cuMemsetD8Async` (cudaMemsetAsync) per memset, `cuLaunchKernel` with the raw
+parameter bytes per kernel, cuBLAS's own log lines per SGEMM, and the snapshot regions of
+`abi_snapshots` around the snapshot kernels (values read back through the backend). The folder
+then gets `layout.json` (the stand-in's `--layout-out`) and `manifest.json` as
+`egf-audit capture` writes it. What this reproduces and what it does not:
+tests/data/capture/EMULATED.md.
+
+    capture_standin(tmp_path / "clean", None, values_max=32)
+    capture_standin(tmp_path / "skip-scale", "skip-scale")
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import io
+import json
+import re
+import struct
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from egf_audit.capture import standin
+from egf_audit.capture.build import SOURCE as RECORDER_SOURCE
+from egf_audit.kernels import KernelSpec
+from egf_audit.runtime.backends import select_backend
+from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
+
+DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
+VALUES_MAX = 1 << 22  # the recorder's default (EGF_CAPTURE_VALUES_MAX unset)
+PID, PPID = 4242, 4241  # a fixed fake process: the same files for the same capture
+TID = 0x2A2A2A  # pthread_self() & 0xffffff as the recorder writes it; any fixed value
+CUPTI_VERSION = 130001  # what CUDA 13.1's CUPTI reports (the committed fixtures' init event)
+CUBLAS_LIBRARY = "libcublas.so.13"
+HANDLE = 0xD0DC8B0  # host addresses cuBLAS prints: the handle and CuPy's alpha/beta scalars
+ALPHA_HOST, BETA_HOST = 0x96040F0, 0x94010F0
+SGEMM_HEADER = (
+    "I! cuBLAS (v13.1.0) function cublasStatus_t cublasSgemm_v2(cublasHandle_t, "
+    "cublasOperation_t, cublasOperation_t, int, int, int, const float*, const float*, int, "
+    "const float*, int, const float*, float*, int) called:\n"
+)
+_OPS = {"N": "CUBLAS_OP_N(0)", "T": "CUBLAS_OP_T(1)", "C": "CUBLAS_OP_C(2)"}
+_MASK64 = (1 << 64) - 1
+
+
+def recorder_fnv_constants(source: str) -> tuple[int, int]:
+    """(offset basis, prime) of the hash as the recorder's C source spells them: the start
+    value of `h` in write_region (not the textbook FNV-1a offset basis) and the multiplier in
+    fnv1a. Read from the source, not restated, so the emulation hashes as the shipped recorder
+    does."""
+    region = re.search(r"write_region\(.*?uint64_t h = (\d+)ULL;", source, re.S)
+    prime = re.search(r"h = \(h \^ p\[i\]\) \* (\d+)ULL;", source)
+    if region is None or prime is None:
+        raise RuntimeError(f"{RECORDER_SOURCE}: the hash constants of write_region/fnv1a moved")
+    return int(region.group(1)), int(prime.group(1))
+
+
+FNV_OFFSET, FNV_PRIME = recorder_fnv_constants(RECORDER_SOURCE.read_text(encoding="utf-8"))
+
+
+def fnv1a64(data: bytes) -> int:
+    """The recorder's hash of a region: `fnv1a` over `data` byte by byte, from write_region's
+    start value."""
+    h = FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * FNV_PRIME) & _MASK64
+    return h
+
+
+def raw_parameter(ctype: str, value: Any) -> tuple[int, int]:
+    """(size, raw) of one kernel parameter as the recorder writes it: the little-endian unsigned
+    integer of the parameter's bytes (sizes as cuFuncGetParamInfo gives them)."""
+    if ctype.endswith("*"):
+        return 8, int(value) & _MASK64
+    if ctype == "float":
+        return 4, struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if ctype == "int":
+        return 4, int(value) & 0xFFFFFFFF
+    if ctype == "long long":
+        return 8, int(value) & _MASK64
+    raise ValueError(f"no recorder encoding for C type {ctype!r}")
+
+
+def _hex_pointer(address: int) -> str:
+    """A pointer as cuBLAS's log prints it: `0x` then glibc's `%p` (itself `0x...`, or `(nil)`)."""
+    return f"POINTER (IN HEX:0x{hex(address) if address else '(nil)'})"
+
+
+def sgemm_log(
+    transa: str,
+    transb: str,
+    m: int,
+    n: int,
+    k: int,
+    a: int,
+    lda: int,
+    b: int,
+    ldb: int,
+    c: int,
+    ldc: int,
+) -> list[str]:
+    """The messages cuBLAS's logger hands the recorder for one cublasSgemm_v2 call, in order
+    (the header, then one line per argument; the trailing Time/Process/COMPILED WITH message is
+    one the fixtures drop and the reader never reads)."""
+
+    def line(name: str, ctype: str, val: str) -> str:
+        return f"i!  {name}: type={ctype}; val={val}\n"
+
+    return [
+        SGEMM_HEADER,
+        line("handle", "cublasHandle_t", _hex_pointer(HANDLE)),
+        line("transa", "cublasOperation_t", _OPS[transa]),
+        line("transb", "cublasOperation_t", _OPS[transb]),
+        line("m", "int", str(m)),
+        line("n", "int", str(n)),
+        line("k", "int", str(k)),
+        line("alpha", "float", _hex_pointer(ALPHA_HOST)),
+        line("A", "float", _hex_pointer(a)),
+        line("lda", "int", str(lda)),
+        line("B", "float", _hex_pointer(b)),
+        line("ldb", "int", str(ldb)),
+        line("beta", "float", _hex_pointer(BETA_HOST)),
+        line("C", "float", _hex_pointer(c)),
+        line("ldc", "int", str(ldc)),
+    ]
+
+
+def _float_bits(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+
+
+class EventFiles:
+    """events-<pid>.jsonl and snapshots-<pid>.bin, written as the recorder writes them."""
+
+    def __init__(self, folder: Path, pid: int, values_max: int):
+        self.events = (folder / f"events-{pid}.jsonl").open("w", encoding="utf-8")
+        self.snapshots = (folder / f"snapshots-{pid}.bin").open("wb")
+        self.snapshot_bytes = 0
+        self.values_max = values_max
+        self.seq = 0
+        self.counts = {"kernel": 0, "sgemm": 0, "memset": 0, "copy": 0, "snapshot": 0}
+        self.notes: list[str] = []
+
+    def event(self, ev: str, **fields: Any) -> int:
+        """One line: ev, seq, tid, then `fields` in the recorder's order; returns its seq."""
+        seq = self.seq
+        self.seq += 1
+        line = {"ev": ev, "seq": seq, "tid": TID, **fields}
+        self.events.write(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n")
+        if ev in self.counts:
+            self.counts[ev] += 1
+        return seq
+
+    def memory(self, ev: str, api: str, dst: int, src: int, nbytes: int, value: int = 0) -> None:
+        self.event(ev, api=api, dst=dst, src=src, bytes=nbytes, value=value)
+
+    def note(self, msg: str) -> None:
+        self.event("note", msg=msg)
+        self.notes.append(msg)
+
+    def region(
+        self,
+        launch: int,
+        when: str,
+        region: str,
+        ptr: int,
+        host: np.ndarray,
+        rows: int,
+        ld: int,
+        skip_col: int,
+    ) -> None:
+        """`write_region`: the hash over every element (column `skip_col` left out), the values
+        of the first values_max elements (none for the body of a matrix)."""
+        host = np.ascontiguousarray(host, dtype="<f4")
+        count = host.size
+        hashed = host
+        if skip_col >= 0 and ld > 0:
+            hashed = host[np.arange(count) % ld != skip_col]
+        keep = min(count, self.values_max)
+        if skip_col >= 0:
+            keep = 0
+        offset = self.snapshot_bytes
+        if keep > 0:
+            self.snapshots.write(host[:keep].tobytes())
+            self.snapshot_bytes += keep * ELEMENT_BYTES
+        self.event(
+            "snapshot",
+            launch=launch,
+            when=when,
+            region=region,
+            ptr=ptr,
+            elements=count,
+            rows=rows,
+            ld=ld,
+            skip_col=skip_col,
+            hash=f"{fnv1a64(hashed.tobytes()):016x}",
+            offset=offset,
+            count=keep,
+        )
+
+    def close(self) -> None:
+        self.events.close()
+        self.snapshots.close()
+
+
+class RecordingBackend:
+    """A backend that delegates every call to `inner` and records the CUDA equivalent of each
+    call the pipeline makes (module docstring)."""
+
+    def __init__(self, inner: Any, files: EventFiles, snapshot_kernels: Sequence[str]):
+        self._inner = inner
+        self._files = files
+        self._snapshot_kernels = frozenset(snapshot_kernels)
+        self._bases: list[int] = []
+        self._sizes: dict[int, int] = {}  # bytes by base pointer
+        # the last polyak_ema's target, snapshotted again at the next launch (g.step_start_*)
+        self._polyak: tuple[int, int] | None = None
+        self._step_start_pending = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    # ---- memory ----
+    def alloc(self, spec: BufferSpec) -> int:
+        """cuMemAlloc_v2, then the zero fill CuPy's zeros() queues (cudaMemsetAsync)."""
+        base = self._inner.alloc(spec)
+        nbytes = spec.size * ELEMENT_BYTES
+        bisect.insort(self._bases, base)
+        self._sizes[base] = nbytes
+        self._files.memory("alloc", "cuMemAlloc_v2", base, 0, nbytes)
+        self._files.memory("memset", "cuMemsetD8Async", base, 0, nbytes)
+        return base
+
+    def free(self, ptr: int) -> None:
+        self._inner.free(ptr)
+        self._bases.remove(ptr)
+        del self._sizes[ptr]
+
+    def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
+        """One host-to-device copy to `ptr` (a strided upload: one per element). CuPy's own
+        staging (a copy into a pool block, then a device-to-device copy) is not emulated."""
+        count = int(np.asarray(values).size)
+        if stride == 1:
+            self._files.memory("copy", "cuMemcpyHtoDAsync_v2", ptr, 0, count * ELEMENT_BYTES)
+        else:
+            for i in range(count):
+                dst = ptr + i * stride * ELEMENT_BYTES
+                self._files.memory("copy", "cuMemcpyHtoDAsync_v2", dst, 0, ELEMENT_BYTES)
+        self._inner.upload(ptr, values, stride)
+
+    def memset_zero(self, ptr: int, count: int) -> None:
+        self._files.memory("memset", "cuMemsetD8Async", ptr, 0, count * ELEMENT_BYTES)
+        self._inner.memset_zero(ptr, count)
+
+    def read(self, ptr: int) -> np.ndarray:
+        """A download of the whole allocation (cupy.asnumpy: device to host). The stand-in runs
+        plain, so it never reads back, and never takes the rebuild's checkpoint snapshots."""
+        self._files.memory("copy", "cuMemcpyDtoHAsync_v2", 0, ptr, self._sizes.get(ptr, 0))
+        return self._inner.read(ptr)
+
+    # ---- launches ----
+    def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
+        """cuBLAS logs the call on entry, one message a line; the recorder adds alpha's and
+        beta's bits (host pointer mode) to their lines. The kernels cuBLAS then launches are
+        its own (their names depend on its heuristics) and are not emulated."""
+        for msg in sgemm_log(transa, transb, m, n, k, a, lda, b, ldb, c, ldc):
+            fields: dict[str, Any] = {}
+            if msg.startswith("i!  alpha:"):
+                fields = {"pointer_mode": 0, "alpha_bits": _float_bits(alpha)}
+            elif msg.startswith("i!  beta:"):
+                fields = {"pointer_mode": 0, "beta_bits": _float_bits(beta)}
+            self._files.event("cublas", msg=msg, **fields)
+        self._files.counts["sgemm"] += 1
+        self._inner.sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
+        """The kernel event; then, not launched yet, the target as a step starts (the first
+        launch after a polyak_ema) and the regions before it; after it ran, the regions after."""
+        params = [raw_parameter(ctype, v) for (_, ctype), v in zip(spec.params, args, strict=True)]
+        seq = self._files.event(
+            "kernel",
+            api="cuLaunchKernel",
+            name=spec.name,
+            grid=[blocks, 1, 1],
+            block=[threads, 1, 1],
+            params=[list(p) for p in params],
+        )
+        if self._step_start_pending and self._polyak is not None:
+            self._step_start_pending = False
+            target, n = self._polyak
+            self._snap(seq, "step_start", "target", target, n)
+        named = {name: v for (name, _), v in zip(spec.params, args, strict=True)}
+        snapshot = spec.name in self._snapshot_kernels
+        if snapshot:
+            self._abi_snapshots(seq, "before", spec.name, named)
+        self._inner.launch(spec, blocks, threads, args)
+        if snapshot:
+            self._abi_snapshots(seq, "after", spec.name, named)
+
+    # ---- snapshots (the recorder's abi_snapshots, snap and snap_concat) ----
+    def _copy_to_host(self, ptr: int, count: int) -> np.ndarray | None:
+        """cuMemcpyDtoH of `count` floats at `ptr`, read through the backend; None where the
+        span leaves the allocation (a guarded CPU buffer has nothing readable past its end)."""
+        if count <= 0:
+            return None
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i < 0:
+            return None
+        base = self._bases[i]
+        start, nbytes = ptr - base, count * ELEMENT_BYTES
+        if start + nbytes > self._sizes[base]:
+            return None
+        raw = np.ascontiguousarray(self._inner.read(base)).view(np.uint8)
+        return raw[start : start + nbytes].view("<f4").copy()
+
+    def _snap(self, launch: int, when: str, region: str, ptr: int, count: int) -> None:
+        host = self._copy_to_host(ptr, count)
+        if host is not None:
+            self._files.region(launch, when, region, ptr, host, 1, count, -1)
+
+    def _snap_concat(self, launch: int, when: str, ptr: int, rows: int, ld: int) -> None:
+        host = self._copy_to_host(ptr, rows * ld)
+        if host is None:
+            return
+        wire = host[ld - 1 :: ld][:rows] if ld > 0 else host[:0]
+        self._files.region(launch, when, "wire", ptr, wire, rows, 1, -1)
+        self._files.region(launch, when, "body", ptr, host, rows, ld, ld - 1)
+
+    def _abi_snapshots(self, launch: int, when: str, name: str, a: dict[str, Any]) -> None:
+        before = when == "before"
+        if name == "sp14_scale_wire_col":
+            self._snap_concat(launch, when, a["dx_concat"], a["rows"], a["ld"])
+            if before:
+                alpha = a["isv"] + ELEMENT_BYTES * a["isv_index"]
+                self._snap(launch, when, "alpha", alpha, 1)
+        elif name == "accumulate_d_h_s2_from_concat":
+            rows, sh2, ld = a["rows"], a["sh2"], a["ld_concat"]
+            self._snap(launch, when, "d_h_s2", a["d_h_s2"], rows * sh2)
+            if before:
+                self._snap(launch, when, "d_concat", a["d_concat"], rows * ld)
+        elif name == "polyak_ema":
+            n = a["n"]
+            self._snap(launch, when, "target", a["target"], n)
+            if before:
+                self._snap(launch, when, "online", a["online"], n)
+            else:
+                self._polyak = (a["target"], n)
+                self._step_start_pending = True
+
+
+def capture_standin(
+    folder: Path,
+    fault: str | None,
+    steps: int = 2,
+    values_max: int | None = None,
+    snapshot: Sequence[str] = DEFAULT_SNAPSHOT,
+) -> Path:
+    """A capture folder of the stand-in trainer (preset ci, `steps` steps: sentinel, live, ...)
+    with `fault` put back (None: clean), as `egf-audit capture --out folder --layout L
+    [--values-max N] [--snapshot K ...] -- python -m egf_audit.capture.standin ...` writes it on
+    a GPU. Returns `folder`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = EventFiles(folder, PID, VALUES_MAX if values_max is None else values_max)
+    files.event(
+        "init",
+        pid=PID,
+        ppid=PPID,
+        cupti_version=CUPTI_VERSION,
+        subscribe=0,
+        param_info=True,
+    )
+    files.note(f"cublas logger attached: {CUBLAS_LIBRARY}")
+    backends: list[Any] = []
+
+    def recording_backend(device: str, kernels: Any, *rest: Any) -> RecordingBackend:
+        inner = select_backend("cpu", kernels, *rest)
+        backends.append(inner)
+        return RecordingBackend(inner, files, snapshot)
+
+    argv = [*(["--fault", fault] if fault else []), "--steps", str(steps), "--device", "cpu"]
+    argv += ["--layout-out", str(folder / "layout.json")]
+    start = time.perf_counter()
+    try:
+        with (
+            mock.patch.object(standin, "select_backend", recording_backend),
+            contextlib.redirect_stdout(io.StringIO()),
+        ):
+            exit_code = standin.main(argv)
+        files.event("exit", pid=PID)  # exit(): the recorder's atexit handler
+    finally:  # an exception out of the stand-in leaves the files as a crash would
+        for inner in backends:
+            inner.close()
+        files.close()
+    wall = time.perf_counter() - start
+    command = ["python3", "-m", "egf_audit.capture.standin", *argv[:-1], "layout.json"]
+    manifest = {
+        "command": command,
+        "exit_code": exit_code,
+        "wall_s": round(wall, 3),
+        "layout": "layout.json",
+        "snapshot_kernels": list(snapshot),
+        "processes": [
+            {
+                "pid": PID,
+                "audited": True,
+                "kernels": files.counts["kernel"],
+                "gemms": files.counts["sgemm"],
+                "memsets": files.counts["memset"],
+                "copies": files.counts["copy"],
+                "snapshots": files.counts["snapshot"],
+                "notes": files.notes,
+            }
+        ],
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return folder

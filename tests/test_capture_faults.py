@@ -1,0 +1,245 @@
+"""The fault catalogue in capture form, on the CPU: every fault of
+`egf_audit.scenarios.faults.FAULTS` put back into the stand-in trainer, captured by the emulating
+recorder (tests/cpu_capture.py, as `egf-audit capture` would record it on a GPU) and audited
+with `run --capture`'s audit, with the trainer's layout file and without it (inference).
+
+An invariant that fails on the rebuild for a fault and that a capture decides must fail on the
+capture of that fault too, except where a capture of the trainer cannot express it
+(`CANNOT_EXPRESS*`, each with its reason); a fault no capture check can see at all is in
+`CAPTURE_BLIND*`. Both lists must stay true: an exception whose invariant fails after all, or a
+"blind" fault that some check catches, fails `test_the_exceptions_are_still_needed`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cpu_capture import FNV_OFFSET, FNV_PRIME, capture_standin, sgemm_log
+
+from egf_audit.capture.audit import CaptureAudit, audit_capture
+from egf_audit.capture.events import parse_cublas, read_capture
+from egf_audit.capture.layout import layout_in, load_layout_file
+from egf_audit.invariants import INVARIANTS, capture_common
+from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.scenarios.faults import FAULTS
+
+CAPTURE_DECIDES = frozenset(inv.code for inv in INVARIANTS if inv.capture is not None)
+H200 = Path(__file__).parent / "data" / "capture"  # captures of the stand-in on an H200
+H200_CAPTURES = sorted(p.parent.name for p in H200.glob("*/layout.json.gz"))
+
+# {fault: {code: why a capture of the trainer cannot show it}}: invariants the rebuild fails
+# for the fault, that a capture decides in general, but not for this fault.
+CANNOT_EXPRESS: dict[str, dict[str, str]] = {
+    "gate-no-clamp": {
+        "EGF012": "the stand-in's live gate stays in [0, 1] (its aux head is not below chance "
+        "on its batch), so the missing clamp changes no ISV[393] a capture reads; the rebuild "
+        "forces a below-chance head",
+    },
+}
+# the same without the layout file
+CANNOT_EXPRESS_WITHOUT_LAYOUT: dict[str, dict[str, str]] = {
+    **CANNOT_EXPRESS,
+    "polyak-tau-swap": {
+        "EGF005": "without the layout's dims.tau the only tau is polyak_ema's own argument, "
+        "which the fault swaps consistently: the blend matches the tau it was given",
+    },
+}
+# faults no capture check can fail: their captures pass the audit
+CAPTURE_BLIND: dict[str, str] = {
+    "adam-state-sh2": "only EGF009 and EGF010 judge it, and neither has a capture check (the "
+    "capture does record its symptom: the adam_update of w_b0fc covers n = ADV * SH2 elements)",
+    "gate-no-clamp": "the clamp never acts in the stand-in's run (CANNOT_EXPRESS above)",
+    "scale-writes-past-region": "the stray write lands on ISV[394], which no snapshot covers; "
+    "EGF013 (every buffer compared around every launch) has no capture check",
+    "sn-normalize-writes-neighbour": "the stray write lands in sn_state's u_b0fc, which no "
+    "snapshot covers; EGF013 has no capture check",
+}
+CAPTURE_BLIND_WITHOUT_LAYOUT: dict[str, str] = {
+    **CAPTURE_BLIND,
+    "polyak-tau-swap": "its one symptom is the tau it passes (CANNOT_EXPRESS_WITHOUT_LAYOUT)",
+}
+FAULT_NAMES = [f.name for f in FAULTS]
+EXPECTED = {f.name: frozenset(f.expected) for f in FAULTS}
+
+
+def _without_layout(folder: Path, out: Path) -> Path:
+    """The same capture as `egf-audit capture` without --layout writes it."""
+    shutil.copytree(folder, out)
+    (out / "layout.json").unlink()
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["layout"] = None
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return out
+
+
+@pytest.fixture(scope="session")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], Path]:
+    """(name, with layout file) -> capture folder, for clean and every fault, built once."""
+    root = tmp_path_factory.mktemp("capture-faults")
+    folders = {}
+    for name in ["clean", *FAULT_NAMES]:
+        folder = capture_standin(root / name, None if name == "clean" else name)
+        folders[name, True] = folder
+        folders[name, False] = _without_layout(folder, root / f"{name}-without-layout")
+    return folders
+
+
+@pytest.fixture(scope="session")
+def audits(captures: dict[tuple[str, bool], Path]) -> dict[tuple[str, bool], CaptureAudit]:
+    return {key: audit_capture(folder) for key, folder in captures.items()}
+
+
+def _failing(audit: CaptureAudit) -> str:
+    """What failed, in words, for an assertion message."""
+    lines = [f"incomplete: {i}" for i in audit.incomplete + audit.missing]
+    for process in audit.processes:
+        for code, verdict in process.verdicts:
+            if verdict.failed:
+                lines.append(f"{code}: {verdict.summary}")
+    return "\n".join(lines) or "nothing fails"
+
+
+@pytest.mark.parametrize("with_layout", [True, False], ids=["layout-file", "inferred"])
+def test_the_clean_capture_passes(audits, with_layout):
+    audit = audits["clean", with_layout]
+    assert audit.ok, _failing(audit)
+    assert len(audit.processes) == 1
+
+
+def _required(fault: str, exceptions: dict[str, dict[str, str]]) -> set[str]:
+    return set(EXPECTED[fault] & CAPTURE_DECIDES) - set(exceptions.get(fault, {}))
+
+
+@pytest.mark.parametrize("fault", FAULT_NAMES)
+def test_each_fault_fails_its_invariants_on_the_capture(audits, fault):
+    audit = audits[fault, True]
+    missing = _required(fault, CANNOT_EXPRESS) - audit.failed_codes()
+    assert not missing, f"{fault}: {sorted(missing)} hold on the capture\n{_failing(audit)}"
+    if fault not in CAPTURE_BLIND:
+        assert not audit.ok, f"{fault}: the capture passes"
+
+
+@pytest.mark.parametrize("fault", FAULT_NAMES)
+def test_each_fault_fails_its_invariants_on_the_capture_without_layout(audits, fault):
+    audit = audits[fault, False]
+    missing = _required(fault, CANNOT_EXPRESS_WITHOUT_LAYOUT) - audit.failed_codes()
+    assert not missing, f"{fault}: {sorted(missing)} hold on the capture\n{_failing(audit)}"
+    if fault not in CAPTURE_BLIND_WITHOUT_LAYOUT:
+        assert not audit.ok, f"{fault}: the capture passes"
+
+
+@pytest.mark.parametrize("with_layout", [True, False], ids=["layout-file", "inferred"])
+def test_the_exceptions_are_still_needed(audits, with_layout):
+    """An excepted invariant that fails after all, or a blind fault some check catches: the
+    lists above say less than the truth and must shrink."""
+    exceptions = CANNOT_EXPRESS if with_layout else CANNOT_EXPRESS_WITHOUT_LAYOUT
+    blind = CAPTURE_BLIND if with_layout else CAPTURE_BLIND_WITHOUT_LAYOUT
+    stale = {
+        fault: sorted(set(codes) & audits[fault, with_layout].failed_codes())
+        for fault, codes in exceptions.items()
+    }
+    stale |= {
+        fault: sorted(audits[fault, with_layout].failed_codes())
+        for fault in blind
+        if not audits[fault, with_layout].ok
+    }
+    assert not {k: v for k, v in stale.items() if v}
+
+
+def test_the_exceptions_name_real_faults_and_decided_invariants():
+    named = {*CANNOT_EXPRESS_WITHOUT_LAYOUT, *CAPTURE_BLIND_WITHOUT_LAYOUT}
+    assert named <= set(FAULT_NAMES)
+    for fault, codes in CANNOT_EXPRESS_WITHOUT_LAYOUT.items():
+        assert set(codes) <= EXPECTED[fault] & CAPTURE_DECIDES, fault
+    # blind: nothing the fault is expected to fail is left to a capture
+    for blind, exceptions in (
+        (CAPTURE_BLIND, CANNOT_EXPRESS),
+        (CAPTURE_BLIND_WITHOUT_LAYOUT, CANNOT_EXPRESS_WITHOUT_LAYOUT),
+    ):
+        assert not [fault for fault in blind if _required(fault, exceptions)]
+
+
+# ---- the emulation itself ----
+def test_the_checks_hash_regions_as_the_recorder_does():
+    """The capture checks recompute the recorder's FNV-1a (a zeroed wire column, kept values
+    against their region's hash) with the constants of egf_capture_recorder.c."""
+    assert (capture_common.FNV_OFFSET, capture_common.FNV_PRIME) == (FNV_OFFSET, FNV_PRIME)
+
+
+def test_cublas_log_lines_read_back_to_the_call():
+    args = ("N", "T", 49, 64, 32, 0x7F1599E25E0C, 49, 0x7F1599E6B200, 64, 0x7F15A0000004, 49)
+    function, got = parse_cublas("".join(sgemm_log(*args)))
+    assert function == "cublasSgemm_v2"
+    keys = ("transa", "transb", "m", "n", "k", "A", "lda", "B", "ldb", "C", "ldc")
+    assert {k: got[k] for k in keys} == dict(zip(keys, args, strict=True))
+
+
+def _named(layout, value):
+    """A pointer as (buffer, element offset); any other value as itself."""
+    found = layout.resolve(value) if isinstance(value, int) and value > 1 << 32 else None
+    return value if found is None else (found[0].name, found[1])
+
+
+def _program(folder: Path) -> tuple[list, list]:
+    """What a capture says the trainer did, addresses named: egf-audit's kernels with their
+    arguments, GEMMs, memsets in order; and the snapshot regions in order."""
+    layout = load_layout_file(layout_in(folder))
+    (proc,) = read_capture(folder)
+    calls = []
+    for r in proc.records:
+        a = r.args
+        if r.kind == "kernel" and r.name in KERNELS_BY_NAME:
+            # the H200 capture predates Adam's bias corrections from the fp32 betas
+            skip = ("bc1", "bc2") if r.name == "adam_update" else ()
+            calls.append((r.name, {k: _named(layout, v) for k, v in a.items() if k not in skip}))
+        elif r.kind == "sgemm":
+            operands = {k: _named(layout, a[k]) for k in ("A", "B", "C")}
+            keys = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "alpha", "beta")
+            calls.append(("sgemm", *(a[k] for k in keys), operands))
+        elif r.kind == "memset":
+            calls.append(("memset", _named(layout, a["dst"]), a["bytes"], a["value"]))
+    kinds = {r.seq: r.name for r in proc.records}
+    regions = [
+        (
+            kinds[s.launch] if s.when != "step_start" else "step_start",
+            s.when,
+            s.region,
+            _named(layout, s.ptr),
+            s.elements,
+            s.rows,
+            s.ld,
+            s.skip_col,
+            s.values.size,
+        )
+        for s in proc.snapshots
+    ]
+    return calls, regions
+
+
+@pytest.mark.parametrize("name", H200_CAPTURES)
+def test_the_emulation_records_what_the_h200_recorded(tmp_path, name):
+    """The stand-in, emulated with --values-max 32, against its H200 capture: the same kernels
+    of egf-audit with the same arguments (pointers as buffer and offset), the same GEMMs,
+    memsets and snapshot regions, in the same order (tests/data/capture/EMULATED.md lists
+    what differs)."""
+    fault = None if name == "clean" else name
+    emulated = _program(capture_standin(tmp_path / name, fault, values_max=32))
+    recorded = _program(H200 / name)
+    assert emulated[0] == recorded[0]
+    assert emulated[1] == recorded[1]
+
+
+def test_kept_values_are_the_hashed_ones(captures):
+    """Every complete region's values hash, as the recorder hashes, to the region's hash."""
+    (proc,) = read_capture(captures["clean", True])
+    complete = [s for s in proc.snapshots if s.complete]
+    assert complete
+    for s in complete:
+        h = FNV_OFFSET
+        for byte in np.ascontiguousarray(s.values, "<f4").tobytes():
+            h = ((h ^ byte) * FNV_PRIME) & ((1 << 64) - 1)
+        assert f"{h:016x}" == s.hash
