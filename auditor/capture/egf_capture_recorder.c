@@ -7,6 +7,8 @@
  * copies, allocations, and every cuBLAS call as cuBLAS's own logger words it. Around the ABI
  * kernels named in EGF_CAPTURE_SNAPSHOT the recorder synchronises and copies the regions the
  * audit needs into EGF_CAPTURE_DIR/snapshots-<pid>.bin (only reads: results never change).
+ * When the process ends through exit(), its last line is an "exit" event: a file without one
+ * was cut short (the process was killed or crashed), and the audit calls the capture incomplete.
  *
  * Driver entry points are looked up with dlsym in the process's own libcuda, so the library
  * links against libcupti alone and loads on machines whose toolkit has no libcuda stub.
@@ -59,6 +61,7 @@ static struct {
     CUdeviceptr polyak_target;
     long long polyak_n;
     int step_start_pending;
+    int exited;  // the exit event is written: nothing follows it in the file
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER, .values_max = 1LL << 22};
 
 static __thread int tl_inside;      // our own driver calls re-enter the callback: ignore them
@@ -69,7 +72,9 @@ static __thread int tl_rt_covered;  // a driver event was written inside that ru
 static void open_files_locked(void) {
     pid_t pid = getpid();
     if (g.events && g.pid == pid) return;
-    // A fork without exec inherits our FILE*s: the child writes its own files.
+    // A fork without exec inherits our FILE*s: the child writes its own files. (Their buffers
+    // were flushed just before the fork, before_fork: the child never writes the parent's
+    // lines a second time when it flushes every stream at exit.)
     g.pid = pid;
     char path[4200];
     snprintf(path, sizeof path, "%s/events-%d.jsonl", g.dir, (int)pid);
@@ -101,6 +106,10 @@ static void json_string(FILE *f, const char *s) {
 // Starts one event line; the caller adds fields, then end_event(). Holds the lock.
 static int begin_event(const char *ev) {
     pthread_mutex_lock(&g.lock);
+    if (g.exited && g.pid == getpid()) {  // teardown after the exit event: not recorded
+        pthread_mutex_unlock(&g.lock);
+        return 0;
+    }
     open_files_locked();
     if (!g.events) {
         pthread_mutex_unlock(&g.lock);
@@ -133,6 +142,32 @@ static void flush_all(void) {
     if (g.snapshots && g.pid == getpid()) fflush(g.snapshots);
     pthread_mutex_unlock(&g.lock);
 }
+
+// atexit: the process ends through exit(). Only the process that owns the files writes the exit
+// event (a child forked without exec that recorded nothing owns none, and writes nothing); it is
+// the file's last line: whatever the teardown launches or logs after it is not recorded.
+static void on_exit_event(void) {
+    pthread_mutex_lock(&g.lock);
+    pid_t pid = getpid();
+    if (g.events && g.pid == pid && !g.exited) {
+        fprintf(g.events, "{\"ev\":\"exit\",\"seq\":%llu,\"tid\":%lu,\"pid\":%d}\n", g.seq++,
+                (unsigned long)pthread_self() & 0xffffffUL, (int)pid);
+        g.exited = 1;
+    }
+    if (g.events && g.pid == pid) fflush(g.events);
+    if (g.snapshots && g.pid == pid) fflush(g.snapshots);
+    pthread_mutex_unlock(&g.lock);
+}
+
+// fork: no event is half written across it, and the streams are empty when the child inherits
+// them (it would flush the parent's buffered lines into the parent's files a second time).
+static void before_fork(void) {
+    pthread_mutex_lock(&g.lock);
+    if (g.events && g.pid == getpid()) fflush(g.events);
+    if (g.snapshots && g.pid == getpid()) fflush(g.snapshots);
+}
+
+static void after_fork(void) { pthread_mutex_unlock(&g.lock); }
 
 /* ---- cuBLAS: its own logger, in the same ordered stream ---- */
 static unsigned long long hex_after(const char *line, const char *key) {
@@ -339,12 +374,6 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         }
         return;
     }
-    if (g.step_start_pending && g.polyak_target && !stream_capturing(stream)) {
-        // the first launch of the next step: the target as that step starts
-        g.step_start_pending = 0;
-        if (g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS)
-            snap(g.seq, "step_start", "target", g.polyak_target, g.polyak_n);
-    }
     if (!g.cublas_hooked) try_hook_cublas();
     size_t offsets[MAX_PARAMS], sizes[MAX_PARAMS];
     int n = 0;
@@ -367,6 +396,13 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
     }
     fputc(']', g.events);
     end_event();
+    if (g.step_start_pending && g.polyak_target && !stream_capturing(stream)) {
+        // the first launch of the next step, not launched yet: the target as that step starts,
+        // named by this launch's seq (like the snapshots before it)
+        g.step_start_pending = 0;
+        if (g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS)
+            snap(seq, "step_start", "target", g.polyak_target, g.polyak_n);
+    }
     if (snapshot && g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS) {
         abi_snapshots(seq, "before", name, params);
         flush_all();
@@ -539,7 +575,8 @@ int InitializeInjection(void) {
     g.ctx_sync = (CtxSyncFn)driver_symbol("cuCtxSynchronize");
     g.dtoh = (DtoHFn)driver_symbol("cuMemcpyDtoH_v2");
     g.is_capturing = (IsCapturingFn)driver_symbol("cuStreamIsCapturing");
-    atexit(flush_all);
+    atexit(on_exit_event);
+    pthread_atfork(before_fork, after_fork, after_fork);
 
     uint32_t version = 0;
     cuptiGetVersion(&version);

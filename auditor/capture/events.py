@@ -4,44 +4,247 @@ The recorder writes raw facts (a kernel's parameter bytes, cuBLAS's own log text
 are decoded: a kernel whose name is in egf-audit's kernel table gets its parameters by name and
 C type; a `cublasSgemm_v2` log message becomes the SGEMM's arguments, with alpha and beta from
 the bits the recorder read while the call was in progress.
+
+Fail closed: a capture is evidence, so a file that cannot be read whole and as the recorder
+writes it is refused, never read in part. Every problem is one UsageError (exit 2) naming the
+file by its name in the folder and, for events, the 1-based line: a path that is no regular file
+(refused from its stat, never opened for reading), bytes that are not UTF-8, a line that is no
+JSON object or is cut off, an event kind or key the recorder does not write, a key of the wrong
+type or out of bounds, seqs that do not increase, a snapshot of no launch seen before it or
+pointing past the end of the snapshots file, an ABI kernel launch or a cublasSgemm_v2 call whose
+arguments were not decoded. A file that ends between two lines without the recorder's exit event
+(the process was killed, or crashed) reads, with `ended` False, and the audit calls the capture
+incomplete; one that ends inside a line is cut off, and refused.
+
+Memory stays bounded: lines are read one at a time (each at most MAX_LINE_BYTES), a plain
+snapshots file is mapped read-only and every region's values are a view into it, and records keep
+the decoded arguments of a cuBLAS call, never its log text.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import mmap
+import os
 import re
+import stat
 import struct
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
 from egf_audit.errors import UsageError
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import ProcessCapture, Record, SnapshotRegion
+from egf_audit.runtime.contract import (
+    ACCUMULATE_KERNEL,
+    CONCAT_KERNEL,
+    POLYAK_KERNEL,
+    SCALE_KERNEL,
+)
 
 EVENTS_GLOB = "events-*.jsonl*"  # .jsonl as written, .jsonl.gz as committed fixtures keep it
+EVENTS_NAME = re.compile(r"events-(\d+)\.jsonl(\.gz)?")
+ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
+MAX_LINE_BYTES = 1 << 20  # the recorder's longest line is a few KiB (64 parameters, a log line)
+LIMIT = 1 << 40  # elements, counts, bytes and offsets: a TiB is more than any GPU holds
+SNAPSHOT_WHEN = ("before", "after", "step_start")
+SNAPSHOT_REGIONS = ("wire", "body", "alpha", "d_h_s2", "d_concat", "target", "online")
+
 _CALL = re.compile(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(")
 _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")
 _HEX = re.compile(r"HEX:(?:0x)?0x([0-9a-fA-F]+)")
+_HASH = re.compile(r"[0-9a-f]{16}")
 GEMM_INTS = ("m", "n", "k", "lda", "ldb", "ldc")
+SGEMM_ARGS = ("transa", "transb", *GEMM_INTS, "A", "B", "C")
+_DECODER = json.JSONDecoder()
+_NO_VALUES = np.empty(0, np.float32)
+_NO_VALUES.flags.writeable = False
+
+
+def _refuse(where: str, problem: str) -> NoReturn:
+    raise UsageError(f"{where}: {problem}")
+
+
+# ---- the keys each event kind carries, and what each may hold ----
+
+Check = Callable[[Any], str | None]  # None, or what is wrong with the value
+
+
+def _integer(low: int, high: int, high_words: str | None = None) -> Check:
+    bounds = f"from {low} to {high_words or high}"
+
+    def check(value: Any) -> str | None:
+        if type(value) is not int:  # a JSON true is no integer
+            return "must be an integer"
+        if not low <= value <= high:
+            return f"is {value}: must be {bounds}"
+        return None
+
+    return check
+
+
+def _string(value: Any) -> str | None:
+    return None if type(value) is str else "must be a string"
+
+
+def _boolean(value: Any) -> str | None:
+    return None if type(value) is bool else "must be true or false"
+
+
+def _one_of(*allowed: str) -> Check:
+    def check(value: Any) -> str | None:
+        if type(value) is not str:
+            return "must be a string"
+        return None if value in allowed else f"is {value!r}: must be one of {', '.join(allowed)}"
+
+    return check
+
+
+def _hash(value: Any) -> str | None:
+    if type(value) is str and _HASH.fullmatch(value):
+        return None
+    return "must be 16 lowercase hex digits"
+
+
+_U32 = _integer(0, 2**32 - 1, "2**32 - 1")
+
+
+def _dim3(value: Any) -> str | None:
+    if type(value) is list and len(value) == 3:
+        x, y, z = value
+        integers = type(x) is int and type(y) is int and type(z) is int
+        if integers and 0 <= x < 1 << 32 and 0 <= y < 1 << 32 and 0 <= z < 1 << 32:
+            return None
+    return "must be a list of 3 integers from 0 to 2**32 - 1"
+
+
+MAX_PARAMS = 64  # the recorder's MAX_PARAMS
+MAX_PARAM_BYTES = 1 << 16  # a kernel's whole parameter block is at most 32 KiB
+
+
+def _params(value: Any) -> str | None:
+    """null (a runtime-API launch), or [size, raw value] pairs: the value is the parameter's
+    first min(size, 8) bytes as a little-endian integer, 0 for a larger parameter."""
+    if value is None:
+        return None
+    if type(value) is not list or len(value) > MAX_PARAMS:
+        return f"must be null or a list of at most {MAX_PARAMS} [size, value] pairs"
+    for i, pair in enumerate(value):
+        if type(pair) is not list or len(pair) != 2:
+            return f"[{i}] must be a pair of integers [size, value]"
+        size, raw = pair
+        if type(size) is not int or type(raw) is not int:
+            return f"[{i}] must be a pair of integers [size, value]"
+        if not 0 <= size <= MAX_PARAM_BYTES:
+            return f"[{i}]: size {size} must be from 0 to {MAX_PARAM_BYTES}"
+        if not 0 <= raw < 1 << (8 * min(size, 8)):
+            return f"[{i}]: value {raw} does not fit its {size} bytes"
+    return None
+
+
+SEQ = _integer(0, 2**63 - 1, "2**63 - 1")
+U64 = _integer(0, 2**64 - 1, "2**64 - 1")
+PID = _integer(0, 2**31 - 1, "2**31 - 1")
+I32 = _integer(-(2**31), 2**32 - 1, "2**32 - 1")
+SIZE = _integer(0, LIMIT, "2**40")
+COMMON: dict[str, Check] = {"seq": SEQ, "tid": U64}
+MEMORY: dict[str, Check] = {
+    "api": _string,
+    "dst": U64,
+    "src": U64,
+    "bytes": SIZE,
+    "value": _integer(-(2**63), 2**64 - 1, "2**64 - 1"),
+}
+FIELDS: dict[str, dict[str, Check]] = {
+    "init": {
+        "pid": PID,
+        "ppid": PID,
+        "cupti_version": I32,
+        "subscribe": I32,
+        "param_info": _boolean,
+    },
+    "note": {"msg": _string},
+    "kernel": {"api": _string, "name": _string, "grid": _dim3, "block": _dim3, "params": _params},
+    "memset": MEMORY,
+    "copy": MEMORY,
+    "alloc": MEMORY,
+    "cublas": {"msg": _string},
+    "snapshot": {
+        "launch": SEQ,
+        "when": _one_of(*SNAPSHOT_WHEN),
+        "region": _one_of(*SNAPSHOT_REGIONS),
+        "ptr": U64,
+        "elements": SIZE,
+        "rows": SIZE,
+        "ld": SIZE,
+        "skip_col": _integer(-1, LIMIT, "2**40"),
+        "hash": _hash,
+        "offset": SIZE,
+        "count": SIZE,
+    },
+    "exit": {"pid": PID},
+}
+OPTIONAL: dict[str, dict[str, Check]] = {
+    # written only on the log line of a float alpha/beta of a GEMM (pointer mode 0 host, 1 device)
+    "cublas": {"pointer_mode": _integer(0, 1), "alpha_bits": _U32, "beta_bits": _U32},
+}
+
+
+_SPECS = {ev: tuple({**COMMON, **fields}.items()) for ev, fields in FIELDS.items()}
+_OPTIONAL_SPECS = {ev: tuple(OPTIONAL.get(ev, {}).items()) for ev in FIELDS}
+
+
+def _event_problem(event: dict[str, Any]) -> str | None:
+    """What is wrong with an event's keys, if anything: one its kind has is missing, or holds
+    what it may not."""
+    ev = event.get("ev")
+    spec = _SPECS.get(ev) if type(ev) is str else None
+    if spec is None:
+        if ev is None:
+            return '"ev" is missing'
+        return '"ev" must be a string' if type(ev) is not str else f"unknown event kind {ev!r}"
+    for key, check in spec:
+        if key not in event:
+            return f'"{key}" is missing (every {ev} event has it)'
+        if (problem := check(event[key])) is not None:
+            return f'"{key}" {problem}'
+    for key, check in _OPTIONAL_SPECS[ev]:
+        if key in event and (problem := check(event[key])) is not None:
+            return f'"{key}" {problem}'
+    return None
+
+
+# ---- kernels ----
+
+
+def _param_size(ctype: str) -> int:
+    """The bytes a parameter of this C type takes: 8 for pointers and long long, else 4."""
+    return 8 if ctype.endswith("*") or ctype == "long long" else 4
 
 
 def _decode_params(name: str, raw: list[list[int]] | None) -> tuple[dict[str, Any], bool]:
-    """Parameters by name and C type for a kernel egf-audit knows, else `p0..pN` raw values."""
+    """Parameters by name and C type for a kernel egf-audit knows (when their count and sizes
+    are the table's), else `p0..pN` raw values."""
     if raw is None:
         return {}, False
     spec = KERNELS_BY_NAME.get(name)
-    if spec is None or len(spec.params) != len(raw):
+    if spec is None or [s for s, _ in raw] != [_param_size(t) for _, t in spec.params]:
         return {f"p{i}": value for i, (_, value) in enumerate(raw)}, False
     args: dict[str, Any] = {}
-    for (pname, ctype), (size, value) in zip(spec.params, raw, strict=True):
+    for (pname, ctype), (_, value) in zip(spec.params, raw, strict=True):
         if ctype == "float":
-            args[pname] = struct.unpack("<f", struct.pack("<I", value & 0xFFFFFFFF))[0]
-        elif ctype == "int" and size == 4:
-            args[pname] = struct.unpack("<i", struct.pack("<I", value & 0xFFFFFFFF))[0]
+            args[pname] = struct.unpack("<f", struct.pack("<I", value))[0]
+        elif ctype == "int":
+            args[pname] = struct.unpack("<i", struct.pack("<I", value))[0]
         elif ctype == "long long":
             args[pname] = struct.unpack("<q", struct.pack("<Q", value))[0]
         else:
@@ -49,8 +252,47 @@ def _decode_params(name: str, raw: list[list[int]] | None) -> tuple[dict[str, An
     return args, True
 
 
+def _abi_problem(name: str, raw: list[list[int]] | None) -> str | None:
+    """Why an ABI kernel's launch cannot be judged from its recorded arguments, if it cannot."""
+    if name not in ABI_KERNELS:
+        return None
+    if raw is None:
+        return (
+            f'{name} launch without its arguments ("params" is null: a runtime-API launch '
+            "the recorder could not decode)"
+        )
+    want = [_param_size(t) for _, t in KERNELS_BY_NAME[name].params]
+    got = [size for size, _ in raw]
+    if got != want:
+        return (
+            f"{name} launch with {len(got)} parameters of sizes {got}; the kernel table's "
+            f"{name} has {len(want)} of sizes {want}"
+        )
+    return None
+
+
+# ---- cuBLAS ----
+
+
 def _float_bits(bits: int | None) -> float | None:
     return None if bits is None else struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _log_args(msg: str) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    for line in msg.splitlines():
+        arg = _ARG.match(line)
+        if not arg:
+            continue
+        key, raw = sys.intern(arg.group(1)), arg.group(2).strip()
+        if (op := _OP.search(raw)) is not None:
+            args[key] = op.group(1)
+        elif (ptr := _HEX.search(raw)) is not None:
+            args[key] = int(ptr.group(1), 16)
+        else:
+            token = raw.split()[0] if raw else raw
+            args[key] = int(token) if re.fullmatch(r"-?\d{1,20}", token) else token
+    return args
 
 
 def parse_cublas(msg: str) -> tuple[str, dict[str, Any]] | None:
@@ -58,113 +300,354 @@ def parse_cublas(msg: str) -> tuple[str, dict[str, Any]] | None:
     call = _CALL.search(msg)
     if not call:
         return None
-    args: dict[str, Any] = {}
-    for line in msg.splitlines():
-        arg = _ARG.match(line)
-        if not arg:
-            continue
-        key, raw = arg.group(1), arg.group(2).strip()
-        if (op := _OP.search(raw)) is not None:
-            args[key] = op.group(1)
-        elif (ptr := _HEX.search(raw)) is not None:
-            args[key] = int(ptr.group(1), 16)
-        else:
-            token = raw.split()[0] if raw else raw
-            args[key] = int(token) if re.fullmatch(r"-?\d+", token) else token
-    return call.group(1), args
+    return call.group(1), _log_args(msg)
 
 
-def _record(event: dict[str, Any]) -> Record | None:
-    ev, seq = event["ev"], event["seq"]
-    if ev == "kernel":
-        args, decoded = _decode_params(event["name"], event.get("params"))
-        args |= {"grid": event["grid"], "block": event["block"]}
-        return Record(seq, "kernel", event["name"], event["api"], args, decoded)
-    if ev in ("memset", "copy", "alloc"):
-        args = {k: event[k] for k in ("dst", "src", "bytes", "value") if k in event}
-        return Record(seq, ev, ev, event["api"], args)
+def _sgemm_problem(args: dict[str, Any], bits: dict[str, Any]) -> str | None:
+    """What a cublasSgemm_v2 call's log left out, or gave in a form no SGEMM takes."""
+    missing = [k for k in SGEMM_ARGS if k not in args]
+    if bits.get("pointer_mode") != 1:  # device mode: alpha and beta stay on the device
+        missing += [f"{k} bits" for k in ("alpha", "beta") if f"{k}_bits" not in bits]
+    if missing:
+        return f"its log gives no {', '.join(missing)}"
+    for k in ("transa", "transb"):
+        if args[k] not in ("N", "T", "C"):
+            return f"{k} {args[k]!r} is no CUBLAS_OP_N, _T or _C"
+    for k in GEMM_INTS:
+        if type(args[k]) is not int or not 0 <= args[k] < 2**31:
+            return f"{k} {args[k]!r} is no int from 0 to 2**31 - 1"
+    for k in ("A", "B", "C"):
+        if type(args[k]) is not int or not 0 <= args[k] < 2**64:
+            return f"{k} {args[k]!r} is no device pointer"
     return None
 
 
-def _cublas_record(events: list[dict[str, Any]]) -> Record | None:
-    """One cuBLAS call from the log messages it came in (a header, then argument lines)."""
-    parsed = parse_cublas("\n".join(e["msg"] for e in events))
-    if parsed is None or "gemm" not in parsed[0].lower():
+def _cublas_record(where: str, line: int, events: list[dict[str, Any]]) -> Record | None:
+    """One cuBLAS call from the log messages it came in (a header, then argument lines); None
+    for calls other than GEMMs. `line` is the line of its first message."""
+    msg = "\n".join(e["msg"] for e in events)
+    call = _CALL.search(msg)
+    args = _log_args(msg)
+    if call is None:
+        if args:  # argument lines of a call whose header is gone: which call, nobody knows
+            _refuse(
+                f"{where} line {line}",
+                'cuBLAS log arguments without the "I! ... function ... called:" line of '
+                "their call before them",
+            )
+        return None  # trailing lines of a call begun before the logger was attached
+    function = sys.intern(call.group(1))
+    if "gemm" not in function.lower():
         return None
-    function, args = parsed
-    merged = {
-        k: v for e in events for k, v in e.items() if k.endswith("_bits") or k == "pointer_mode"
-    }
-    args["alpha"] = _float_bits(merged.get("alpha_bits"))
-    args["beta"] = _float_bits(merged.get("beta_bits"))
-    args["pointer_mode"] = merged.get("pointer_mode")
-    kind = "sgemm" if function == "cublasSgemm_v2" else "gemm"
-    if kind == "sgemm" and not all(
-        k in args for k in (*GEMM_INTS, "transa", "transb", "A", "B", "C")
-    ):
-        kind = "gemm"  # a log without its arguments: kept, never bound
-    return Record(events[0]["seq"], kind, function, function, args)
+    bits = {k: v for e in events for k, v in e.items() if k in OPTIONAL["cublas"]}
+    if function == "cublasSgemm_v2" and (problem := _sgemm_problem(args, bits)) is not None:
+        _refuse(f"{where} line {line}", f"cublasSgemm_v2 call: {problem}")
+    args["alpha"] = _float_bits(bits.get("alpha_bits"))
+    args["beta"] = _float_bits(bits.get("beta_bits"))
+    args["pointer_mode"] = bits.get("pointer_mode")
+    kind = "sgemm" if function == "cublasSgemm_v2" else "gemm"  # another GEMM: never bound
+    return Record(events[0]["seq"], kind, function, function, args, line=line)
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open()
+# ---- files ----
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((words for test, words in _KINDS if test(mode)), "no regular file")
+    return f"{kind}, not a regular file"
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """The file's stat, None when there is no such file; refused when it is no regular file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _refuse(path.name, f"cannot read it ({exc.strerror or exc})")
+    if (problem := _not_regular(st.st_mode)) is not None:
+        _refuse(path.name, problem)
+    return st
+
+
+@contextmanager
+def open_capture_file(path: Path) -> Iterator[BinaryIO]:
+    """A capture file opened for reading in binary, once its stat says it is a regular file (a
+    FIFO is never opened: opening one for reading waits for a writer). Opened non-blocking and
+    checked again from the open file, so a path swapped in between cannot block either."""
+    if _stat(path) is None:
+        _refuse(path.name, "no such file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        _refuse(path.name, f"cannot read it ({exc.strerror or exc})")
+    try:
+        problem = _not_regular(os.fstat(fd).st_mode)
+        if problem is not None:
+            _refuse(path.name, problem)
+        f = os.fdopen(fd, "rb", buffering=1 << 20)
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+@contextmanager
+def _text_lines(path: Path) -> Iterator[Iterator[tuple[int, bytes]]]:
+    """(line number, raw line) of a plain or gzipped file, each line at most MAX_LINE_BYTES."""
+    with open_capture_file(path) as raw:
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
+
+        def lines() -> Iterator[tuple[int, bytes]]:
+            number = 0
+            while True:
+                try:
+                    line = stream.readline(MAX_LINE_BYTES + 1)
+                except EOFError:
+                    _refuse(f"{path.name} line {number + 1}", "the gzip stream is cut off")
+                except (OSError, zlib.error) as exc:
+                    _refuse(f"{path.name} line {number + 1}", f"cannot read it ({exc})")
+                if not line:
+                    return
+                number += 1
+                if len(line) > MAX_LINE_BYTES:
+                    _refuse(f"{path.name} line {number}", f"longer than {MAX_LINE_BYTES} bytes")
+                yield number, line
+
+        yield lines()
+
+
+def _parse_line(where: str, line: bytes) -> dict[str, Any]:
+    """One event line as a JSON object. A line without its newline is the file's last (the
+    process died mid-write) and is cut off unless it parses whole."""
+    cut = not line.endswith(b"\n")
+    try:
+        text = line.decode("utf-8")
+        event, end = _DECODER.raw_decode(text)
+        if end != len(text) and not text[end:].isspace():
+            raise json.JSONDecodeError("Extra data", text, end)
+    except UnicodeDecodeError as exc:
+        if cut:
+            _refuse(where, "cut off (the last line ends without its newline)")
+        _refuse(where, f"not UTF-8 (byte {exc.start + 1} of the line)")
+    except (ValueError, RecursionError) as exc:
+        if cut:
+            _refuse(where, "cut off (the last line ends without its newline and is no JSON)")
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "too deep"
+        _refuse(where, f"not a JSON object ({reason})")
+    if type(event) is not dict:
+        if cut:
+            _refuse(where, "cut off (the last line ends without its newline)")
+        _refuse(where, f"not a JSON object (a JSON {type(event).__name__})")
+    return event
+
+
+@dataclass
+class _Snapshot:
+    """A snapshot event read, its values not yet taken from the snapshots file."""
+
+    line: int
+    event: dict[str, Any]
+    launch: int
+
+    @property
+    def end(self) -> int:
+        return self.event["offset"] + 4 * self.event["count"]
+
+
+def _snapshot_problem(e: dict[str, Any]) -> str | None:
+    if e["count"] > e["elements"]:
+        return f'"count" {e["count"]} is more than its "elements" {e["elements"]}'
+    if e["offset"] % 4:
+        return f'"offset" {e["offset"]} is not a multiple of 4 (float32 values)'
+    return None
+
+
+MAX_GUNZIPPED_BYTES = 1 << 30
+
+
+def _gunzip(name: str, f: BinaryIO, need: int) -> bytearray:
+    """The first `need` bytes of a gzipped snapshots file (a committed fixture; the recorder
+    writes plain files, which are mapped instead), fewer when it is shorter."""
+    if need > MAX_GUNZIPPED_BYTES:
+        _refuse(
+            name,
+            f"its events read {need} bytes of it: more than a gzipped snapshots file is "
+            f"decompressed into memory ({MAX_GUNZIPPED_BYTES}); gunzip it (a plain one is mapped)",
+        )
+    data = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=f, mode="rb") as z:
+            while len(data) < need and (chunk := z.read(min(1 << 24, need - len(data)))):
+                data += chunk
+    except EOFError:
+        _refuse(name, "the gzip stream is cut off")
+    except (OSError, zlib.error) as exc:
+        _refuse(name, f"cannot read it ({exc})")
+    return data
+
+
+def _snapshot_bytes(events_name: str, snap_path: Path | None, snaps: list[_Snapshot]) -> np.ndarray:
+    """The snapshots file as float32 values, read-only: a plain file mapped (never read whole),
+    a gzipped one decompressed up to the last byte an event points at. Refused when an event
+    points past its end."""
+    need = max((s.end for s in snaps), default=0)
+    if snap_path is None:
+        if need:
+            first = next(s for s in snaps if s.event["count"])
+            _refuse(
+                f"{events_name} line {first.line}",
+                f"snapshot values at bytes {first.event['offset']} to {first.end}, but there "
+                "is no snapshots file of this process",
+            )
+        return _NO_VALUES
+    with open_capture_file(snap_path) as f:
+        if snap_path.suffix == ".gz":
+            data: Any = _gunzip(snap_path.name, f, need)
+            size = len(data)
+        else:
+            size = os.fstat(f.fileno()).st_size
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    if need > size:
+        short = next(s for s in snaps if s.end > size)
+        _refuse(
+            snap_path.name,
+            f"{size} bytes, but {events_name} line {short.line} reads its bytes "
+            f"{short.event['offset']} to {short.end} (the file is cut off)",
+        )
+    usable = size - size % 4
+    if not usable:
+        return _NO_VALUES
+    values = np.frombuffer(data, dtype="<f4", count=usable // 4)
+    values.flags.writeable = False  # every region is a view: none may change the capture
+    return values
+
+
+def _snapshots_file(folder: Path, pid: int) -> Path | None:
+    found = [
+        p
+        for p in (folder / f"snapshots-{pid}.bin", folder / f"snapshots-{pid}.bin.gz")
+        if _stat(p) is not None
+    ]
+    if len(found) > 1:
+        _refuse(found[0].name, f"{found[1].name} beside it: two snapshots files of one process")
+    return found[0] if found else None
 
 
 def read_process(events_path: Path) -> ProcessCapture:
-    pid = int(re.search(r"events-(\d+)", events_path.name).group(1))
-    snap_path = next(iter(events_path.parent.glob(f"snapshots-{pid}.bin*")), None)
-    blob = b""
-    if snap_path is not None:
-        opener = gzip.open if snap_path.suffix == ".gz" else open
-        with opener(snap_path, "rb") as f:
-            blob = f.read()
-    proc = ProcessCapture(pid, {})
-    open_calls: dict[int, list[dict[str, Any]]] = {}  # thread -> the cuBLAS call being logged
+    """One recorded process, from its events file and its snapshots file beside it."""
+    events_path = Path(events_path)
+    name = events_path.name
+    match = EVENTS_NAME.fullmatch(name)
+    if match is None:
+        _refuse(name, "not a capture file name (events-<pid>.jsonl)")
+    pid = int(match.group(1))
+    proc = ProcessCapture(pid, {}, events_file=name)
+    open_calls: dict[int, tuple[int, list[dict[str, Any]]]] = {}  # tid -> (line, messages)
+    kernel_seqs: set[int] = set()
+    snaps: list[_Snapshot] = []
+    # step_start snapshots of a recorder before it named their launch: (tid -> waiting)
+    waiting_launch: dict[int, list[_Snapshot]] = {}
+    last_seq, last_ev = -1, ""
 
     def close(tid: int) -> None:
-        if tid in open_calls and (record := _cublas_record(open_calls.pop(tid))) is not None:
-            proc.records.append(record)
+        if tid in open_calls:
+            line, messages = open_calls.pop(tid)
+            if (record := _cublas_record(name, line, messages)) is not None:
+                proc.records.append(record)
 
-    with _open_text(events_path) as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                # the process died mid-line: what came before is still the record
-                proc.notes.append(f"line {number} of {events_path.name} is cut off")
-                break
-            tid = event.get("tid", 0)
-            if event["ev"] == "cublas":
+    with _text_lines(events_path) as lines:
+        for number, line in lines:
+            where = f"{name} line {number}"
+            event = _parse_line(where, line)
+            if (problem := _event_problem(event)) is not None:
+                _refuse(where, problem)
+            ev, seq, tid = event["ev"], event["seq"], event["tid"]
+            if seq <= last_seq:
+                _refuse(
+                    where,
+                    f'"seq" {seq} is not above {last_seq}, the seq of line {number - 1}: seqs '
+                    "increase strictly within a file",
+                )
+            last_seq, last_ev = seq, ev
+            if ev == "cublas":
                 if "I! " in event["msg"] or tid not in open_calls:
                     close(tid)
-                    open_calls[tid] = []
-                open_calls[tid].append(event)
+                    open_calls[tid] = (number, [])
+                open_calls[tid][1].append(event)
                 continue
             close(tid)
-            if event["ev"] == "init":
+            if ev in ("init", "exit") and event["pid"] != pid:
+                _refuse(where, f'"pid" {event["pid"]} is not the pid {pid} the file is named by')
+            if ev == "init":
                 proc.init = event
-            elif event["ev"] == "note":
+            elif ev == "note":
                 proc.notes.append(event["msg"])
-            elif event["ev"] == "snapshot":
-                start, count = event["offset"], event["count"]
-                values = np.frombuffer(blob, np.float32, count, start) if count else np.empty(0)
-                proc.snapshots.append(
-                    SnapshotRegion(
-                        event["launch"],
-                        event["when"],
-                        event["region"],
-                        event["ptr"],
-                        event["elements"],
-                        event["hash"],
-                        values.astype(np.float32, copy=False),
+            elif ev == "kernel":
+                if (problem := _abi_problem(event["name"], event["params"])) is not None:
+                    _refuse(where, problem)
+                args, decoded = _decode_params(event["name"], event["params"])
+                args |= {"grid": event["grid"], "block": event["block"]}
+                # one string per kernel name, not one per launch
+                kernel, api = sys.intern(event["name"]), sys.intern(event["api"])
+                proc.records.append(Record(seq, ev, kernel, api, args, decoded, number))
+                kernel_seqs.add(seq)
+                for snap in waiting_launch.pop(tid, []):
+                    snap.launch = seq
+            elif ev in ("memset", "copy", "alloc"):
+                args = {k: event[k] for k in ("dst", "src", "bytes", "value")}
+                api = sys.intern(event["api"])
+                proc.records.append(Record(seq, ev, ev, api, args, True, number))
+            elif ev == "snapshot":
+                if (problem := _snapshot_problem(event)) is not None:
+                    _refuse(where, problem)
+                snap = _Snapshot(number, event, event["launch"])
+                if event["when"] == "step_start" and event["launch"] == seq:
+                    # written by a recorder that took the step's start before its first
+                    # launch and named it by its own seq: the launch is the next one
+                    waiting_launch.setdefault(tid, []).append(snap)
+                elif event["launch"] not in kernel_seqs:
+                    _refuse(
+                        where,
+                        f"a snapshot of launch {event['launch']}: no kernel launch of that seq "
+                        "comes before it",
                     )
-                )
-            elif (record := _record(event)) is not None:
-                proc.records.append(record)
+                snaps.append(snap)
     for tid in list(open_calls):
         close(tid)
+    if waiting_launch:
+        first = min(s.line for waiting in waiting_launch.values() for s in waiting)
+        _refuse(f"{name} line {first}", "a step_start snapshot that no kernel launch follows")
+    values = _snapshot_bytes(name, _snapshots_file(events_path.parent, pid), snaps)
+    for s in snaps:
+        e = s.event
+        start = e["offset"] // 4
+        proc.snapshots.append(
+            SnapshotRegion(
+                s.launch,
+                e["when"],
+                e["region"],
+                e["ptr"],
+                e["elements"],
+                e["hash"],
+                values[start : start + e["count"]] if e["count"] else _NO_VALUES,
+                e["rows"],
+                e["ld"],
+                e["skip_col"],
+            )
+        )
+    proc.ended = last_ev == "exit"
     proc.records.sort(key=lambda r: r.seq)
     return proc
 
@@ -174,4 +657,17 @@ def read_capture(folder: Path) -> list[ProcessCapture]:
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"--capture {folder}: no such folder")
-    return [read_process(p) for p in sorted(folder.glob(EVENTS_GLOB))]
+    try:
+        paths = sorted(folder.glob(EVENTS_GLOB))
+    except OSError as exc:
+        raise UsageError(f"--capture {folder}: cannot list it ({exc.strerror or exc})") from None
+    by_pid: dict[int, Path] = {}
+    for path in paths:
+        match = EVENTS_NAME.fullmatch(path.name)
+        if match is None:
+            _refuse(path.name, "not a capture file name (events-<pid>.jsonl or .jsonl.gz)")
+        pid = int(match.group(1))
+        if pid in by_pid:
+            _refuse(path.name, f"{by_pid[pid].name} beside it: two events files of one process")
+        by_pid[pid] = path
+    return [read_process(by_pid[pid]) for pid in sorted(by_pid)]
