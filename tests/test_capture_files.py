@@ -1,7 +1,8 @@
 """The capture reader fails closed: every hostile or incomplete capture file is refused with one
 UsageError (exit 2) naming the file and, for events, the line. Each case is built from the
 committed clean capture (tests/data/capture/clean) in tmp_path, edited as an attacker or a
-killed process would leave it."""
+killed process would leave it. Nothing here depends on the fixture's pid or counts: the tests
+hold whichever recording of the stand-in the folder has."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ from egf_audit.errors import UsageError
 from egf_audit.runtime.contract import POLYAK_KERNEL, SCALE_KERNEL
 
 CLEAN = Path(__file__).parent / "data" / "capture" / "clean"
-EVENTS = "events-483.jsonl.gz"
-SNAPSHOTS = "snapshots-483.bin.gz"
+EVENTS = next(CLEAN.glob("events-*.jsonl.gz")).name
+PID = int(EVENTS.split("-")[1].split(".")[0])
+SNAPSHOTS = f"snapshots-{PID}.bin.gz"
+PLAIN_EVENTS, PLAIN_SNAPSHOTS = EVENTS.removesuffix(".gz"), SNAPSHOTS.removesuffix(".gz")
 
 # The keys each event kind carries (the recorder's egf_capture_recorder.c), checked every one.
 KEYS = {
@@ -49,7 +52,8 @@ KIND_KEYS = [(kind, key) for kind, keys in KEYS.items() for key in keys]
 
 # ---- building hostile captures ----
 class Capture:
-    """A copy of the clean capture in tmp_path, its events as lines to edit."""
+    """A copy of the clean capture in tmp_path, its events as lines to edit, without the
+    recorder's exit event (a test that needs one appends it)."""
 
     def __init__(self, tmp_path: Path, plain: bool = False):
         self.folder = tmp_path / "capture"
@@ -62,8 +66,11 @@ class Capture:
                     gzip.decompress(src.read_bytes())
                 )
                 src.unlink()
-            self.name = EVENTS.removesuffix(".gz")
+            self.name = PLAIN_EVENTS
         self.lines = self._read().decode("utf-8").splitlines()
+        if json.loads(self.lines[-1])["ev"] == "exit":
+            del self.lines[-1]
+            self.save()
 
     @property
     def path(self) -> Path:
@@ -97,12 +104,33 @@ class Capture:
         self.save()
         return number
 
-    def append_exit(self, pid: int = 483) -> int:
+    def append_exit(self, pid: int = PID) -> int:
         last = self.event(len(self.lines))
         exit_event = {"ev": "exit", "seq": last["seq"] + 1, "tid": last["tid"], "pid": pid}
         self.lines.append(json.dumps(exit_event, separators=(",", ":")))
         self.save()
         return len(self.lines)
+
+    def step_start(self, legacy: bool) -> tuple[int, int]:
+        """The first step_start snapshot and the launch it was taken at, rewritten as the
+        recorder writes them now (the launch, then the snapshot naming it) or, `legacy`, as it
+        wrote them before (the snapshot first, named by its own seq, then the launch). Returns
+        (the snapshot's line, the launch's seq)."""
+        number = self.first(lambda e: e.get("when") == "step_start")
+        snap = self.event(number)
+        if snap["launch"] == snap["seq"]:  # legacy: the launch is the next line
+            first, kernel = number, self.event(number + 1)
+        else:
+            first, kernel = number - 1, self.event(number - 1)
+        assert kernel["ev"] == "kernel" and kernel["tid"] == snap["tid"]
+        low, high = sorted((snap["seq"], kernel["seq"]))
+        if legacy:
+            pair = [snap | {"seq": low, "launch": low}, kernel | {"seq": high}]
+        else:
+            pair = [kernel | {"seq": low}, snap | {"seq": high, "launch": low}]
+        self.lines[first - 1 : first + 1] = [json.dumps(e) for e in pair]
+        self.save()
+        return (first if legacy else first + 1), (high if legacy else low)
 
 
 @pytest.fixture
@@ -147,42 +175,41 @@ def deadline() -> Iterator[None]:
 
 
 # ---- the committed captures still read ----
-def test_the_committed_fixture_reads_without_an_exit_event(cap):
-    (proc,) = read_capture(cap.folder)
-    assert not proc.ended and proc.events_file == EVENTS
-    assert len(proc.kernels()) == 567 and len(proc.snapshots) == 75
+def test_the_committed_fixture_reads():
+    text = gzip.decompress((CLEAN / EVENTS).read_bytes())
+    lines = [json.loads(line) for line in text.splitlines()]
+    (proc,) = read_capture(CLEAN)
+    assert proc.events_file == EVENTS and proc.ended == (lines[-1]["ev"] == "exit")
+    assert len(proc.kernels()) == sum(e["ev"] == "kernel" for e in lines)
+    assert len(proc.snapshots) == sum(e["ev"] == "snapshot" for e in lines)
     assert all(not s.values.flags.writeable for s in proc.snapshots)
     scale = proc.kernels(SCALE_KERNEL)[0]
-    assert scale.line == cap.first_of("kernel", SCALE_KERNEL)
+    event = lines[scale.line - 1]
+    assert event["seq"] == scale.seq and event["name"] == SCALE_KERNEL
 
 
-def test_a_step_start_snapshot_names_the_launch_it_was_taken_at(cap):
-    """Recorders before the exit event named it by its own seq: the launch that follows."""
-    number = cap.first(lambda e: e.get("when") == "step_start")
-    own_seq = cap.event(number)["seq"]
-    assert cap.event(number)["launch"] == own_seq
-    following = cap.first(lambda e: e["ev"] == "kernel" and e["seq"] > own_seq)
+def test_a_capture_without_the_exit_event_reads_as_not_ended(cap):
+    """As the fixtures recorded before the exit event existed: the audit, not the reader, calls
+    such a capture incomplete."""
+    (proc,) = read_capture(cap.folder)
+    assert not proc.ended and proc.kernels()
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["after-its-launch", "by-its-own-seq"])
+def test_a_step_start_snapshot_names_the_launch_it_was_taken_at(cap, legacy):
+    """The recorder writes it after the launch, naming it; recorders before the exit event wrote
+    it before the launch, named by its own seq: that launch is the one that follows."""
+    _, launch = cap.step_start(legacy)
     (proc,) = read_capture(cap.folder)
     (start,) = [s for s in proc.snapshots if s.when == "step_start"]
-    assert start.launch == cap.event(following)["seq"] != own_seq
+    assert start.launch == launch and launch in {r.seq for r in proc.kernels()}
 
 
 def test_a_step_start_snapshot_by_its_own_seq_that_no_launch_follows_is_refused(cap):
-    number = cap.first(lambda e: e.get("when") == "step_start")
+    number, _ = cap.step_start(legacy=True)
     del cap.lines[number:]  # the process ended right after it
     cap.save()
     refused(cap.folder, at(EVENTS, number) + "a step_start snapshot that no kernel launch follows")
-
-
-def test_a_step_start_snapshot_after_its_launch_reads_as_the_recorder_now_writes_it(cap):
-    number = cap.first(lambda e: e.get("when") == "step_start")
-    event, launch = cap.event(number), cap.event(number + 1)
-    event["seq"], launch["seq"], event["launch"] = launch["seq"], event["seq"], event["seq"]
-    cap.lines[number - 1 : number + 1] = [json.dumps(launch), json.dumps(event)]
-    cap.save()
-    (proc,) = read_capture(cap.folder)
-    (start,) = [s for s in proc.snapshots if s.when == "step_start"]
-    assert start.launch == launch["seq"]
 
 
 # ---- the end of the process ----
@@ -203,8 +230,8 @@ def test_an_exit_event_that_is_not_the_last_leaves_the_process_not_ended(cap):
 
 
 def test_an_exit_event_of_another_pid_is_refused(cap):
-    number = cap.append_exit(pid=484)
-    refused(cap.folder, at(EVENTS, number) + r'"pid" 484 is not the pid 483')
+    number = cap.append_exit(pid=PID + 1)
+    refused(cap.folder, at(EVENTS, number) + rf'"pid" {PID + 1} is not the pid {PID}')
 
 
 # ---- lines that are not JSON objects ----
@@ -231,13 +258,13 @@ def test_a_last_line_cut_off_is_refused(plain):
 def test_a_last_line_without_its_newline_that_parses_whole_reads(plain):
     plain.write_bytes(("\n".join(plain.lines)).encode())
     (proc,) = read_capture(plain.folder)
-    assert len(proc.kernels()) == 567
+    assert len(proc.kernels()) == sum('"ev":"kernel"' in line for line in plain.lines)
 
 
 def test_a_gzip_stream_cut_off_is_refused(cap):
     data = cap.path.read_bytes()
     cap.path.write_bytes(data[: len(data) // 2])
-    refused(cap.folder, r"^events-483[.]jsonl[.]gz line \d+: ", "cut off")
+    refused(cap.folder, rf"^{re.escape(EVENTS)} line \d+: ", "cut off")
 
 
 def test_a_line_longer_than_a_megabyte_is_refused(cap):
@@ -301,7 +328,7 @@ def test_an_unknown_event_kind_is_refused(cap):
         ("kernel", "params", [[8, 0]] * 65),
         ("snapshot", "when", "later"),
         ("snapshot", "hash", "e92a600da14f604"),
-        ("init", "pid", -483),
+        ("init", "pid", -PID),
     ],
 )
 def test_negative_or_absurd_values_are_refused(cap, kind, key, value):
@@ -338,25 +365,29 @@ def test_a_snapshot_naming_a_gemm_instead_of_a_kernel_is_refused(cap):
 
 
 # ---- the snapshots file ----
+def _snapshot_end(cap: Capture, number: int) -> int:
+    event = cap.event(number)
+    return event["offset"] + 4 * event["count"]
+
+
 def test_a_snapshots_file_shorter_than_its_events_say_is_refused(cap):
     snaps = cap.folder / SNAPSHOTS
-    data = gzip.decompress(snaps.read_bytes())
-    snaps.write_bytes(gzip.compress(data[:-4]))
     last = max(
         (i for i, line in enumerate(cap.lines, 1) if '"ev":"snapshot"' in line),
-        key=lambda i: cap.event(i)["offset"] + 4 * cap.event(i)["count"],
+        key=lambda i: _snapshot_end(cap, i),
     )
-    refused(
-        cap.folder,
-        rf"^snapshots-483[.]bin[.]gz: {len(data) - 4} bytes, but {EVENTS} line {last} ",
-    )
+    size = _snapshot_end(cap, last) - 4  # one value short
+    snaps.write_bytes(gzip.compress(gzip.decompress(snaps.read_bytes())[:size]))
+    pattern = rf"^{re.escape(SNAPSHOTS)}: {size} bytes, but {re.escape(EVENTS)} line {last} "
+    refused(cap.folder, pattern)
 
 
 def test_a_plain_snapshots_file_cut_short_is_refused(plain):
-    snaps = plain.folder / "snapshots-483.bin"
+    snaps = plain.folder / PLAIN_SNAPSHOTS
     size = snaps.stat().st_size
     os.truncate(snaps, 100)
-    message = refused(plain.folder, r"^snapshots-483[.]bin: 100 bytes, but events-483.jsonl line")
+    pattern = rf"^{re.escape(PLAIN_SNAPSHOTS)}: 100 bytes, but {re.escape(PLAIN_EVENTS)} line"
+    message = refused(plain.folder, pattern)
     assert size > 100 and "cut off" in message
 
 
@@ -365,7 +396,7 @@ def test_a_snapshot_a_terabyte_into_the_file_is_refused_without_reading_it(tmp_p
     capture = Capture(tmp_path, plain=not gzipped)
     big = {"offset": 2**40, "count": 2**30, "elements": 2**30}
     number = capture.edit(capture.first_of("snapshot"), lambda e: e | big)
-    name = re.escape(SNAPSHOTS if gzipped else SNAPSHOTS.removesuffix(".gz"))
+    name = re.escape(SNAPSHOTS if gzipped else PLAIN_SNAPSHOTS)
     if gzipped:  # a fixture is decompressed into memory: never a terabyte of it
         refused(capture.folder, rf"^{name}: its events read \d+ bytes of it: .* gunzip it")
     else:  # a plain file is mapped: the events point past its end
@@ -381,7 +412,7 @@ def test_snapshot_values_without_a_snapshots_file_are_refused(cap):
 def test_plain_snapshot_values_are_read_only_views_of_the_mapped_file(plain):
     (proc,) = read_capture(plain.folder)
     kept = [s for s in proc.snapshots if s.values.size]
-    data = np.fromfile(plain.folder / "snapshots-483.bin", dtype="<f4")
+    data = np.fromfile(plain.folder / PLAIN_SNAPSHOTS, dtype="<f4")
     assert kept and all(not s.values.flags.owndata and not s.values.flags.writeable for s in kept)
     bases = {id(s.values.base) for s in kept}
     assert len(bases) == 1  # one mapping of the file, every region a view into it
@@ -476,14 +507,14 @@ def test_records_keep_no_cublas_log_text(cap):
 def test_an_events_fifo_is_refused_without_blocking(plain, deadline):
     plain.path.unlink()
     os.mkfifo(plain.path)
-    refused(plain.folder, r"^events-483[.]jsonl: a FIFO, not a regular file$")
+    refused(plain.folder, rf"^{re.escape(PLAIN_EVENTS)}: a FIFO, not a regular file$")
 
 
 def test_a_snapshots_fifo_is_refused_without_blocking(plain, deadline):
-    snaps = plain.folder / "snapshots-483.bin"
+    snaps = plain.folder / PLAIN_SNAPSHOTS
     snaps.unlink()
     os.mkfifo(snaps)
-    refused(plain.folder, r"^snapshots-483[.]bin: a FIFO, not a regular file$")
+    refused(plain.folder, rf"^{re.escape(PLAIN_SNAPSHOTS)}: a FIFO, not a regular file$")
 
 
 def test_a_manifest_fifo_is_refused_without_blocking(cap, deadline):
@@ -506,20 +537,20 @@ def test_a_device_named_like_an_events_file_is_refused(cap, deadline):
 
 
 def test_two_events_files_of_one_process_are_refused(cap):
-    shutil.copy(cap.path, cap.folder / "events-483.jsonl")
+    shutil.copy(cap.path, cap.folder / PLAIN_EVENTS)
     refused(cap.folder, "two events files of one process")
 
 
 def test_an_events_file_not_named_by_a_pid_is_refused(cap):
-    shutil.copy(cap.path, cap.folder / "events-483.jsonl.orig")
-    refused(cap.folder, r"^events-483[.]jsonl[.]orig: not a capture file name")
+    shutil.copy(cap.path, cap.folder / f"{PLAIN_EVENTS}.orig")
+    refused(cap.folder, rf"^{re.escape(PLAIN_EVENTS)}[.]orig: not a capture file name")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
 def test_an_events_file_without_read_permission_is_refused(cap):
     cap.path.chmod(0)
     try:
-        refused(cap.folder, rf"^{EVENTS.replace('.', '[.]')}: cannot read it \(Permission denied\)")
+        refused(cap.folder, rf"^{re.escape(EVENTS)}: cannot read it \(Permission denied\)")
     finally:
         cap.path.chmod(0o644)
 
@@ -534,16 +565,16 @@ def test_an_os_error_opening_a_file_is_one_line_naming_it(cap, monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", denied)
-    refused(cap.folder, r"^snapshots-483[.]bin[.]gz: cannot read it \(Permission denied\)$")
+    refused(cap.folder, rf"^{re.escape(SNAPSHOTS)}: cannot read it \(Permission denied\)$")
 
 
 # ---- the manifest ----
 def test_the_manifest_reads_the_command_and_its_exit_code(cap):
     manifest = read_manifest(cap.folder)
     assert isinstance(manifest, Manifest)
-    assert manifest.command[:3] == ["python3", "-m", "egf_audit.capture.standin"]
+    assert manifest.command[1:3] == ["-m", "egf_audit.capture.standin"]
     assert (manifest.exit_code, manifest.layout, manifest.ended) == (0, "layout.json", "exited 0")
-    assert manifest.raw["processes"][0]["pid"] == 483
+    assert manifest.raw["processes"][0]["pid"] == PID
 
 
 def test_a_folder_without_a_manifest_has_none(cap):
@@ -619,7 +650,7 @@ def test_the_cli_refuses_a_missing_key(cap, tmp_path):
 def test_the_cli_refuses_an_events_fifo(plain, tmp_path, deadline):
     plain.path.unlink()
     os.mkfifo(plain.path)
-    _cli_refuses(plain.folder, tmp_path, "events-483.jsonl: a FIFO, not a regular file")
+    _cli_refuses(plain.folder, tmp_path, f"{PLAIN_EVENTS}: a FIFO, not a regular file")
 
 
 def test_the_cli_refuses_an_undecoded_abi_launch(cap, tmp_path):
