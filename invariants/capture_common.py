@@ -240,3 +240,34 @@ def scale_views(ct: CaptureTrace) -> list[ScaleView]:
             ScaleView(x, alpha, before.get("wire"), after.get("wire"), body_same, problems)
         )
     return views
+
+
+def step_alphas(views: list[ScaleView]) -> dict[int, np.float32]:
+    """ISV[393] as each step's scale launches read it (the first snapshot of the step)."""
+    out: dict[int, np.float32] = {}
+    for v in views:
+        if v.alpha is not None:
+            out.setdefault(v.launch.step, v.alpha)
+    return out
+
+
+def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Launch, np.ndarray]:
+    """The wire column of the dir dX as the site's first accumulate that reads it found it (the
+    recorder's before-snapshot of its d_concat): what the gate left, whatever ran in between.
+    A site with no such accumulate, or a snapshot without all its values, is missing data."""
+    from egf_audit.runtime.contract import ACCUMULATE_KERNEL, DIR_DX
+
+    for x in site_launches(ct, site):
+        if x.name == ACCUMULATE_KERNEL and reads_buffer(x, DIR_DX):
+            r = region(ct, x, "before", "d_concat")
+            ld = x.args.get("ld_concat", 0)
+            values = all_values(r, f"d_concat before {named(x)}")
+            if ld <= wire_col or values.size % ld:
+                raise Missing(f"{named(x)} reads the dir dX with row stride {ld}: no wire column")
+            return x, values.reshape(-1, ld)[:, wire_col]
+    raise Missing(f"{site_name(site)}: no accumulate reads {DIR_DX}")
+
+
+def site_scale(ct: CaptureTrace, site: Site, views: list[ScaleView]) -> ScaleView | None:
+    inside = {x.index for x in site_launches(ct, site)}
+    return next((v for v in views if v.launch.index in inside), None)

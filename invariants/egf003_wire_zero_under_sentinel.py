@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from egf_audit.invariants.capture_common import ScaleView, dims_of, named, scale_views, zeros_hash
+from egf_audit.invariants.capture_common import (
+    ScaleView,
+    dims_of,
+    named,
+    scale_views,
+    site_name,
+    site_scale,
+    step_alphas,
+    wire_at_accumulate,
+    zeros_hash,
+)
 from egf_audit.invariants.common import (
     alpha_at,
     bit_mismatch,
@@ -39,6 +49,7 @@ from egf_audit.runtime.contract import (
     SITES,
     site_checkpoint,
 )
+from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
@@ -152,38 +163,53 @@ def gate_problems(ct: CaptureTrace, views: list[ScaleView]) -> list[str]:
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:
-    """Every scale launch whose snapshot shows ISV[393] = 0.0: the wire column after it is +0.0
-    on every row, by the hash the recorder took over all rows and by every value it kept, and
-    the other columns' hash is unchanged. A scale without snapshots, or whose arguments or
-    snapshot are not the contract's wire, fails; UNDECIDED only when no scale launch was
-    snapshotted at all, or none ran with the gate at 0 (a live-mode capture). What the aux
-    head receives is not captured (the rebuild decides that part)."""
+    """At every call site of every step whose scale read ISV[393] = 0.0, the wire column is +0.0
+    on every row where the site's accumulate reads the dir dX (its snapshot, all values; the
+    rebuild reads it right after the scale), the site's scale left +0.0 on every row (the
+    recorder's hash over all rows) and touched no other column. A site without a scale, a scale
+    without snapshots, or one whose arguments or snapshot are not the contract's wire fails.
+    UNDECIDED only when no scale launch was snapshotted, or none ran with the gate at 0 (a
+    live-mode capture). What the aux head receives is not captured (the rebuild decides it)."""
     views = scale_views(ct)
     if not views:
         return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
     if not any(v.alpha is not None or v.wire_after is not None for v in views):
         return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
     problems = gate_problems(ct, views)
-    closed = [v for v in views if v.alpha is not None and v.alpha == 0.0]
-    for v in closed:
-        if v.wire_after is None:
+    d = dims_of(ct)
+    alphas = step_alphas(views)
+    closed = [site for site in ct.sites if site.step in alphas and alphas[site.step] == 0.0]
+    for site in closed:
+        at = site_name(site)
+        scale = site_scale(ct, site, views)
+        if scale is None:
+            problems.append(f"{at}: no {SCALE_KERNEL} at this call site: the wire is not gated")
+        elif scale.wire_after is not None:
+            if scale.wire_after.hash != zeros_hash(scale.wire_after.elements):
+                problems.append(f"{at}: ISV[393] = 0 but the scale left a wire row not +0.0")
+            elif (bits(scale.wire_after.values) != 0).any():
+                problems.append(f"{at}: ISV[393] = 0 but a kept wire value is not +0.0")
+            if scale.body_same is False:
+                problems.append(f"{at}: the scale changed columns other than the wire")
+        try:
+            acc, wire = wire_at_accumulate(ct, site, d.SH2)
+        except Missing as exc:
+            problems.append(f"missing data: {exc}")
             continue
-        at = named(v.launch)
-        wire = v.wire_after
-        if wire.hash != zeros_hash(wire.elements):
-            problems.append(f"{at}: ISV[393] = 0 but the wire column is not +0.0 on every row")
-        elif (bits(wire.values) != 0).any():
-            problems.append(f"{at}: ISV[393] = 0 but kept wire values are not +0.0")
-        if v.body_same is False:
-            problems.append(f"{at}: the scale changed columns other than the wire")
-    evidence = {"scale_launches": len(views), "gate_zero_launches": len(closed)}
+        if (bits(wire) != 0).any():
+            rows = int((bits(wire) != 0).sum())
+            problems.append(
+                f"{at}: ISV[393] = 0 but {rows} wire rows are not +0.0 when {named(acc)} reads them"
+            )
+    evidence = {"scale_launches": len(views), "gate_zero_sites": len(closed)}
     if problems:
         return failed_with(problems, **evidence)
     if not closed:
-        return undecided("no scale launch ran with ISV[393] = 0.0 (a live-mode capture)")
+        return undecided("no call site ran with ISV[393] = 0.0 (a live-mode capture)")
     return passed(
-        f"{len(closed)} scale launches with ISV[393] = 0.0: the wire column is +0.0 on every "
-        "row (hash over all rows) and the other columns untouched",
+        f"at {len(closed)} call sites with ISV[393] = 0.0 the wire column is +0.0 on every row "
+        "after the scale (hash over all rows) and where the accumulate reads it; the other "
+        "columns untouched",
         **evidence,
     )
 

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from egf_audit.invariants.capture_common import all_values, named, scale_views
+from egf_audit.invariants.capture_common import (
+    all_values,
+    dims_of,
+    named,
+    scale_views,
+    site_name,
+    site_scale,
+    step_alphas,
+    wire_at_accumulate,
+)
 from egf_audit.invariants.common import (
     alpha_at,
     bit_mismatch,
@@ -117,40 +126,51 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:
-    """Every scale launch whose snapshot shows 0 < ISV[393] <= 1: the wire after it is
-    fl(alpha * g) bitwise on every row (all values are needed: a capture cut short by
-    --values-max is missing data) and the other columns' hash is unchanged. Scales whose
-    arguments or snapshots are not the contract's wire fail as in EGF003. UNDECIDED only when no
-    scale was snapshotted, or none ran with an open gate (a sentinel-mode capture)."""
+    """At every call site of every step whose scale read 0 < ISV[393] <= 1: the site's scale
+    made the wire fl(alpha * g) bitwise on every row (all values are needed: a capture cut
+    short by --values-max is missing data), touched no other column, and the site's accumulate
+    reads exactly that wire. A site without a scale cannot show fl(alpha * g) and fails, as do
+    scales whose arguments or snapshots are not the contract's wire (EGF003's rule). UNDECIDED
+    only when no scale was snapshotted, or none ran with an open gate (a sentinel capture)."""
     views = scale_views(ct)
     if not views:
         return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
     if not any(v.alpha is not None or v.wire_after is not None for v in views):
         return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
     problems = gate_problems(ct, views)
-    open_ = [v for v in views if v.alpha is not None and 0.0 < v.alpha <= 1.0]
-    for v in open_:
-        if v.wire_before is None or v.wire_after is None:
+    d = dims_of(ct)
+    alphas = step_alphas(views)
+    open_ = [site for site in ct.sites if site.step in alphas and 0.0 < alphas[site.step] <= 1.0]
+    for site in open_:
+        at = site_name(site)
+        v = site_scale(ct, site, views)
+        if v is None:
+            problems.append(f"{at}: no {SCALE_KERNEL} at this call site: the wire is not gated")
             continue
-        at = named(v.launch)
+        if v.wire_before is None or v.wire_after is None or v.alpha is None:
+            continue  # named by gate_problems
         try:
-            g = all_values(v.wire_before, f"the wire before {at}")
-            got = all_values(v.wire_after, f"the wire after {at}")
-        except Missing as exc:  # judge every other launch still
+            g = all_values(v.wire_before, f"the wire before {named(v.launch)}")
+            got = all_values(v.wire_after, f"the wire after {named(v.launch)}")
+            _, seen = wire_at_accumulate(ct, site, d.SH2)
+        except Missing as exc:  # judge every other site still
             problems.append(f"missing data: {exc}")
             continue
         if g.size != got.size or bit_mismatch(got, gated(v.alpha, g)).any():
-            problems.append(f"{at}: the wire is not fl(alpha * g) bitwise")
+            problems.append(f"{at}: the wire is not fl(alpha * g) bitwise after the scale")
+        elif seen.size != got.size or bit_mismatch(seen, got).any():
+            problems.append(f"{at}: the wire changed between the scale and the accumulate")
         if v.body_same is False:
             problems.append(f"{at}: the scale changed columns other than the wire")
-    evidence = {"scale_launches": len(views), "open_gate_launches": len(open_)}
+    evidence = {"scale_launches": len(views), "open_gate_sites": len(open_)}
     if problems:
         return failed_with(problems, **evidence)
     if not open_:
-        return undecided("no scale launch ran with 0 < ISV[393] <= 1 (a sentinel-mode capture)")
+        return undecided("no call site ran with 0 < ISV[393] <= 1 (a sentinel-mode capture)")
     return passed(
-        f"{len(open_)} scale launches with 0 < ISV[393] <= 1: the wire column is fl(alpha * g) "
-        "bitwise on every row and the other columns untouched",
+        f"at {len(open_)} call sites with 0 < ISV[393] <= 1 the wire column is fl(alpha * g) "
+        "bitwise on every row after the scale and where the accumulate reads it; the other "
+        "columns untouched",
         **evidence,
     )
 

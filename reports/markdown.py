@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 
 def cell(value: object) -> str:
     """One table cell: a single line, with the characters that would break a GFM table escaped."""
     text = " ".join(str(value).split())
-    return text.replace("|", "\\|") or " "
+    return re.sub(r"(?<!\\)\|", r"\\|", text) or " "  # a pipe `text` escaped stays escaped once
 
 
 def code(value: object) -> str:

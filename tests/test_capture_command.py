@@ -21,8 +21,9 @@ from egf_audit.capture.command import run_capture
 from egf_audit.errors import AuditEnvironmentError, UsageError
 
 CLEAN = Path(__file__).parent / "data" / "capture" / "clean"
-EVENTS = gzip.decompress((CLEAN / "events-483.jsonl.gz").read_bytes())
-SNAPSHOTS = gzip.decompress((CLEAN / "snapshots-483.bin.gz").read_bytes())
+PID = int(next(CLEAN.glob("events-*.jsonl.gz")).name.split("-")[1].split(".")[0])
+EVENTS = gzip.decompress((CLEAN / f"events-{PID}.jsonl.gz").read_bytes())
+SNAPSHOTS = gzip.decompress((CLEAN / f"snapshots-{PID}.bin.gz").read_bytes())
 LAYOUT = gzip.decompress((CLEAN / "layout.json.gz").read_bytes())
 OLD = {  # an earlier capture, as --out holds it
     "events-77.jsonl": b'{"ev":"init","seq":0,"pid":77}\n',
@@ -38,17 +39,18 @@ OLD_LAYOUT = b'{"format": "egf-audit-layout/1", "from": "the earlier run"}'
 TRAINER = r"""
 import gzip, os, pathlib, sys
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+PID = int(args["--pid"])
 src, dst = pathlib.Path(args["--data"]), pathlib.Path(os.environ["EGF_CAPTURE_DIR"])
 if "--marker" in args:
     pathlib.Path(args["--marker"]).write_text("ran")
 record = args.get("--record", "all")
 if record in ("all", "init"):
-    events = gzip.decompress((src / "events-483.jsonl.gz").read_bytes())
+    events = gzip.decompress((src / f"events-{PID}.jsonl.gz").read_bytes())
     if record == "init":
         events = events.splitlines(keepends=True)[0]
-    (dst / "events-483.jsonl").write_bytes(events)
-    snapshots = gzip.decompress((src / "snapshots-483.bin.gz").read_bytes())
-    (dst / "snapshots-483.bin").write_bytes(snapshots)
+    (dst / f"events-{PID}.jsonl").write_bytes(events)
+    snapshots = gzip.decompress((src / f"snapshots-{PID}.bin.gz").read_bytes())
+    (dst / f"snapshots-{PID}.bin").write_bytes(snapshots)
 if args.get("--layout-out"):
     layout = gzip.decompress((src / "layout.json.gz").read_bytes())
     broken = int(args.get("--malformed", "0"))  # how many "{" become "["
@@ -58,7 +60,7 @@ sys.exit(int(args.get("--exit", "0")))
 
 
 def trainer(tmp_path: Path, **flags: str | Path) -> list[str]:
-    cmd = [sys.executable, "-c", TRAINER, "--data", str(CLEAN)]
+    cmd = [sys.executable, "-c", TRAINER, "--data", str(CLEAN), "--pid", str(PID)]
     for name, value in flags.items():
         cmd += [f"--{name.replace('_', '-')}", str(value)]
     return cmd
@@ -110,20 +112,20 @@ def test_a_complete_capture_replaces_the_earlier_one(tmp_path, fake_recorder, ea
     assert files(earlier / "build") == {"layout.json": LAYOUT}  # the saved copy is gone
     got = files(earlier / "cap")
     assert sorted(got) == [
-        "events-483.jsonl",
+        f"events-{PID}.jsonl",
         "layout.json",
         "manifest.json",
-        "snapshots-483.bin",
+        f"snapshots-{PID}.bin",
         "trace.jsonl",
     ]
-    assert got["events-483.jsonl"] == EVENTS
-    assert got["snapshots-483.bin"] == SNAPSHOTS
+    assert got[f"events-{PID}.jsonl"] == EVENTS
+    assert got[f"snapshots-{PID}.bin"] == SNAPSHOTS
     assert got["layout.json"] == LAYOUT
     manifest = json.loads(got["manifest.json"])
     assert manifest["command"] == cmd
     assert manifest["exit_code"] == 0
     assert manifest["layout"] == "layout.json"
-    assert [(p["pid"], p["audited"]) for p in manifest["processes"]] == [(483, True)]
+    assert [(p["pid"], p["audited"]) for p in manifest["processes"]] == [(PID, True)]
     trace = got["trace.jsonl"].decode().splitlines()
     assert json.loads(trace[0])["scenario"] == "capture"
     assert len(trace) > 500
@@ -143,9 +145,9 @@ def test_a_new_folder_is_created_with_the_usual_mode_and_nothing_beside_it(tmp_p
     assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask  # not mkdtemp's 0700
     assert files(tmp_path / "new") == {"cap": None}
     assert sorted(files(out)) == [
-        "events-483.jsonl",
+        f"events-{PID}.jsonl",
         "manifest.json",
-        "snapshots-483.bin",
+        f"snapshots-{PID}.bin",
         "trace.jsonl",
     ]
     assert json.loads((out / "manifest.json").read_text())["layout"] is None
@@ -167,7 +169,7 @@ def test_a_command_that_crashes_after_recording_still_replaces_the_capture(
     outcome = run_capture(trainer(tmp_path, layout_out=layout, exit=7), earlier / "cap", layout)
     assert outcome.exit_code == 7
     assert json.loads((earlier / "cap" / "manifest.json").read_text())["exit_code"] == 7
-    assert (earlier / "cap" / "events-483.jsonl").read_bytes() == EVENTS
+    assert (earlier / "cap" / f"events-{PID}.jsonl").read_bytes() == EVENTS
     assert files(earlier) == {"build": None, "cap": None}
     assert files(earlier / "build") == {"layout.json": LAYOUT}
 
@@ -177,7 +179,7 @@ def test_through_a_symlink_the_folder_it_points_at_is_replaced(tmp_path, fake_re
     link.symlink_to(earlier / "cap")
     run_capture(trainer(tmp_path), link)
     assert link.is_symlink() and link.resolve() == earlier / "cap"
-    assert (earlier / "cap" / "events-483.jsonl").read_bytes() == EVENTS
+    assert (earlier / "cap" / f"events-{PID}.jsonl").read_bytes() == EVENTS
     assert "events-77.jsonl" not in files(earlier / "cap")
     assert files(earlier) == {"build": None, "cap": None}
 
@@ -253,7 +255,7 @@ def test_ctrl_c_during_the_run_keeps_the_earlier_capture(
         seen["layout during the run"] = os.path.lexists(layout)
         into = Path(env["EGF_CAPTURE_DIR"])
         seen["into"] = into
-        (into / "events-483.jsonl").write_bytes(EVENTS[:1000])
+        (into / f"events-{PID}.jsonl").write_bytes(EVENTS[:1000])
         raise KeyboardInterrupt
 
     monkeypatch.setattr(capture_command.subprocess, "run", interrupted)

@@ -52,9 +52,11 @@ class CaptureRequest:
 
     def command(self) -> str:
         """The document's own command: the capture folder named by its role, never by where
-        this capture happens to lie (the next capture of the same code lies elsewhere)."""
-        out = "" if self.out == DEFAULT_CAPTURE_OUT else f" --out {self.out.as_posix()}"
-        return f"egf-audit run --capture CAPTURE_DIR{out}"
+        this capture happens to lie (the next capture of the same code lies elsewhere), and
+        --out relative to the repository root, as the rebuild's document spells it."""
+        out = shown(self.out, document_base(self.out))
+        spelled = "" if Path(out) == DEFAULT_CAPTURE_OUT else f" --out {out}"
+        return f"egf-audit run --capture CAPTURE_DIR{spelled}"
 
 
 def _refuse_outputs_inside(req: CaptureRequest) -> None:
