@@ -249,10 +249,16 @@ def test_a_line_that_is_no_json_object_is_refused(cap, line):
     refused(cap.folder, at(EVENTS, number) + "not a JSON object")
 
 
-def test_a_last_line_cut_off_is_refused(plain):
+def test_a_last_line_cut_off_reads_what_came_before_and_says_where(plain):
+    """A process killed while the recorder wrote a line: a faithful record up to that line,
+    which the audit calls incomplete (exit 1), never refuses."""
     data = ("\n".join(plain.lines)).encode()
     plain.write_bytes(data[:-20])
-    refused(plain.folder, at(plain.name, len(plain.lines)) + "cut off")
+    (proc,) = read_capture(plain.folder)
+    assert proc.cut_off == f"{plain.name} line {len(plain.lines)}"
+    assert not proc.ended
+    kept = sum('"ev":"kernel"' in line for line in plain.lines[:-1])
+    assert len(proc.kernels()) == kept
 
 
 def test_a_last_line_without_its_newline_that_parses_whole_reads(plain):

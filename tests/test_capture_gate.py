@@ -120,3 +120,21 @@ def test_names_from_the_layout_file_are_escaped_in_the_document(capture, tmp_pat
     text = out.read_text()
     assert evil not in text and not re.search(r"(?<!\\)<img", text)  # no live HTML
     assert "obs\\|\\<img src=x onerror=alert(1)\\>\\`\\[x\\](y)" in text
+
+
+def test_a_capture_cut_off_mid_line_fails_as_incomplete_naming_the_line(capture, tmp_path):
+    (events,) = capture.glob("events-*.jsonl.gz")
+    lines = gzip.decompress(events.read_bytes())
+    events.write_bytes(gzip.compress(lines[:-30]))  # the exit event, cut short
+    result = _invoke("run", "--capture", str(capture), "--out", str(tmp_path / "d.md"))
+    assert result.exit_code == 1
+    number = lines.count(b"\n")
+    assert f"{events.name} line {number} is cut off mid-write" in result.stdout.splitlines()[-1]
+    assert "Traceback" not in result.output
+
+
+def test_a_trainer_that_died_of_a_signal_fails_as_incomplete(tmp_path):
+    result = _invoke("run", "--capture", str(DATA / "killed"), "--out", str(tmp_path / "d.md"))
+    assert result.exit_code == 1
+    last = result.stdout.strip().splitlines()[-1]
+    assert "the captured command died of signal 9 (SIGKILL) (manifest.json)" in last

@@ -22,11 +22,7 @@ from egf_audit.runtime.contract import ACCUMULATE_KERNEL, CONCAT_KERNEL, POLYAK_
 from .convert import to_trace
 from .events import read_capture
 from .layout import infer_layout, layout_in, load_layout_file
-
-try:
-    from .manifest import read_manifest
-except ImportError:  # TEMP
-    read_manifest = None
+from .manifest import exit_words, read_manifest
 
 ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
 
@@ -71,15 +67,6 @@ def abi_launches(proc: ProcessCapture) -> int:
     return sum(r.name in ABI_KERNELS for r in proc.kernels())
 
 
-def _exit_words(code: int) -> str:
-    """A command's end as a shell words it: subprocess gives -N for a death by signal N."""
-    if code < 0:
-        return f"died of signal {-code}"
-    if code > 128:
-        return f"exited {code} (a shell's 128 + signal {code - 128})"
-    return f"exited {code}"
-
-
 def _layout_for(proc: ProcessCapture, given: CaptureLayout | None) -> tuple[CaptureLayout, str]:
     """The layout file where it names this process's ABI pointers, else inference; the dims
     the file leaves out are taken from the concat launches."""
@@ -121,7 +108,7 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
         audit.incomplete.append("no manifest.json: the command and how it ended are unknown")
     elif manifest.exit_code != 0:
         audit.incomplete.append(
-            f"the captured command {_exit_words(manifest.exit_code)} (manifest.json): the "
+            f"the captured command {exit_words(manifest.exit_code)} (manifest.json): the "
             "trainer did not finish its steps"
         )
     for number, proc in enumerate(sorted(procs, key=lambda p: p.pid), 1):
@@ -134,7 +121,12 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
             )
             continue
         audit.processes.append(audit_process(proc, section, given))
-        if not proc.ended:
+        if proc.cut_off:
+            audit.incomplete.append(
+                f"{section}: {proc.cut_off} is cut off mid-write: the process died while the "
+                "recorder wrote it"
+            )
+        elif not proc.ended:
             audit.incomplete.append(
                 f"{section}: {proc.events_file or 'its events'} ends without the recorder's "
                 "exit event: the process did not end through exit() (killed, crashed, or the "

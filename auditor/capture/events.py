@@ -428,6 +428,12 @@ def _text_lines(path: Path) -> Iterator[Iterator[tuple[int, bytes]]]:
         yield lines()
 
 
+class _CutOff(Exception):
+    """The file's last line ends without its newline and is no whole event: the process died
+    while the recorder wrote it. What came before is a faithful record of a process that did
+    not end: the audit calls it incomplete (a failed gate), never refuses it."""
+
+
 def _parse_line(where: str, line: bytes) -> dict[str, Any]:
     """One event line as a JSON object. A line without its newline is the file's last (the
     process died mid-write) and is cut off unless it parses whole."""
@@ -439,16 +445,16 @@ def _parse_line(where: str, line: bytes) -> dict[str, Any]:
             raise json.JSONDecodeError("Extra data", text, end)
     except UnicodeDecodeError as exc:
         if cut:
-            _refuse(where, "cut off (the last line ends without its newline)")
+            raise _CutOff(where) from None
         _refuse(where, f"not UTF-8 (byte {exc.start + 1} of the line)")
     except (ValueError, RecursionError) as exc:
         if cut:
-            _refuse(where, "cut off (the last line ends without its newline and is no JSON)")
+            raise _CutOff(where) from None
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "too deep"
         _refuse(where, f"not a JSON object ({reason})")
     if type(event) is not dict:
         if cut:
-            _refuse(where, "cut off (the last line ends without its newline)")
+            raise _CutOff(where)
         _refuse(where, f"not a JSON object (a JSON {type(event).__name__})")
     return event
 
@@ -570,7 +576,11 @@ def read_process(events_path: Path) -> ProcessCapture:
     with _text_lines(events_path) as lines:
         for number, line in lines:
             where = f"{name} line {number}"
-            event = _parse_line(where, line)
+            try:
+                event = _parse_line(where, line)
+            except _CutOff:
+                proc.cut_off = where  # the last line: nothing follows it
+                break
             if (problem := _event_problem(event)) is not None:
                 _refuse(where, problem)
             ev, seq, tid = event["ev"], event["seq"], event["tid"]

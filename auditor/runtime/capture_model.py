@@ -62,6 +62,7 @@ class ProcessCapture:
     snapshots: list[SnapshotRegion] = field(default_factory=list)
     ended: bool = False  # the recorder wrote its exit event: the process ended through exit()
     events_file: str = ""  # the file it was read from, for messages
+    cut_off: str = ""  # "events-<pid>.jsonl line N": its last line, cut off mid-write
     _regions: dict[tuple[int, str], dict[str, SnapshotRegion]] | None = field(
         default=None, repr=False
     )
