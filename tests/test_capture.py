@@ -278,3 +278,17 @@ def test_a_layout_file_without_dims_takes_sh2_from_the_concat_launches(tmp_path)
     (folder / "layout.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
     statuses = _statuses(audit_capture(folder))
     assert statuses["EGF011"] == FAIL and statuses["EGF001"] == FAIL
+
+
+def test_a_layout_file_whose_buffers_partly_overlap_is_refused(tmp_path):
+    buffers = {
+        "a": (4096, 16, {"a": (0, 4, 4)}),
+        "b": (4096 + 32, 16, {"b": (0, 4, 4)}),  # starts inside a, ends past it
+    }
+    path = tmp_path / "layout.json"
+    path.write_text(layout_document(buffers, {"SH2": 3}, {}))
+    with pytest.raises(UsageError, match="buffers a and b partly overlap"):
+        load_layout_file(path)
+    nested = {"a": (4096, 16, {"a": (0, 4, 4)}), "b": (4096 + 32, 4, {"b": (0, 2, 2)})}
+    path.write_text(layout_document(nested, {"SH2": 3}, {}))
+    assert set(load_layout_file(path).buffers) == {"a", "b"}

@@ -128,7 +128,26 @@ def load_layout_file(path: Path) -> CaptureLayout:
                     f"{size} elements"
                 )
         layout.add(Buffer(name, spec["address"], size, tensors, "layout file", shaped))
+    _refuse_partial_overlaps(layout, path)
     return layout
+
+
+def _refuse_partial_overlaps(layout: CaptureLayout, path: Path) -> None:
+    """Buffers may nest (a tensor's own name inside a flat buffer) or lie apart; two that
+    partly overlap would make a pointer's buffer depend on which one is asked first."""
+    spans = sorted(
+        (b.base, b.base + b.size * ELEMENT_BYTES, b.name) for b in layout.buffers.values()
+    )
+    open_: list[tuple[int, int, str]] = []  # enclosing buffers still open, innermost last
+    for start, end, name in spans:
+        while open_ and open_[-1][1] <= start:
+            open_.pop()
+        if open_ and end > open_[-1][1]:
+            raise UsageError(
+                f"layout file {path}: buffers {open_[-1][2]} and {name} partly overlap (a buffer "
+                "must lie inside another or apart from it)"
+            )
+        open_.append((start, end, name))
 
 
 def layout_document(buffers: dict[str, tuple[int, int, dict]], dims: dict, offsets: dict) -> str:
