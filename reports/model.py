@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from egf_audit.invariants import Result
     from egf_audit.invariants.registry import Invariant
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.config_view import ConfigView
     from egf_audit.runtime.kernel_sources import KernelSet
 
 NOT_RUN = "not run"
@@ -64,7 +65,7 @@ class _Verdicts:
 
 @dataclass(frozen=True)
 class AuditReport(_Verdicts):
-    config: Any  # egf_audit.pipeline.config.Config: read, never imported
+    config: ConfigView  # egf_audit.pipeline.config.Config, read through its protocol
     modes: tuple[str, ...]
     steps: int
     invariants: tuple[Invariant, ...]  # the registry the verdicts came from, in code order

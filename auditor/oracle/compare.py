@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -42,6 +41,7 @@ from egf_audit.oracle.inputs import (
     pipeline_relu_inputs,
     read_params,
 )
+from egf_audit.runtime.config_view import ConfigView, DimsView, HyperView
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD,
     BEFORE_POLYAK,
@@ -202,14 +202,14 @@ def state_like_params(
 
 
 def update_checks(
-    snaps: StepSnapshots, inputs: StepInputs, config: Any, dev: torch.device
+    snaps: StepSnapshots, inputs: StepInputs, dims: DimsView, hyper: HyperView, dev: torch.device
 ) -> list[TensorCheck]:
     """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
-    hyper, rows = config.hyper, []
+    rows: list[TensorCheck] = []
     t = snaps.checkpoint_meta(BEFORE_POLYAK).get("adam_t")
     if not isinstance(t, int) or t < 1:
         raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
-    grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", config, dev)
+    grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", dims, dev)
     stepped = {}
     for name, param in inputs.params.items():
         m0 = state_like_params(snaps, STEP_START, "adam_m", name, param)
@@ -218,7 +218,7 @@ def update_checks(
         for kind, ref in (("adam_m", m1), ("adam_v", v1)):
             rows.append(compare(name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
 
-    u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, config.dims.ADV)), dev)
+    u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)), dev)
     stepped["w_b0fc"], u1, v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
     for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
         rows.append(compare(name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
@@ -239,7 +239,7 @@ def update_checks(
 # ---- the step ----
 
 
-def as_the_kernels_take_it(hyper: Any) -> Any:
+def as_the_kernels_take_it(hyper: HyperView) -> HyperView:
     """The hyper-parameters rounded to fp32, as every kernel receives them: near 1 a beta's
     rounding changes 1 - beta by up to 20 % (0.9999999 -> 1 - 1.19e-7), and the model must run
     the trainer's numbers, not the config file's."""
@@ -247,16 +247,16 @@ def as_the_kernels_take_it(hyper: Any) -> Any:
     return dataclasses.replace(hyper, **rounded)
 
 
-def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
+def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
     """Decisions, gradients and update of one recorded step against the float64 model."""
-    config = dataclasses.replace(config, hyper=as_the_kernels_take_it(config.hyper))
+    dims, hyper = config.dims, as_the_kernels_take_it(config.hyper)
     report = OracleReport(trace.scenario, step)
     snaps, dev = StepSnapshots(trace, step), device()
     try:
-        inputs = load_inputs(snaps, config, dev)
+        inputs = load_inputs(snaps, dims, dev)
         grads_got = {
             name: snaps.array(AFTER_BACKWARD, "grad_buf", name, (rows, cols))
-            for name, rows, cols in param_shapes(config.dims)
+            for name, rows, cols in param_shapes(dims)
         }
     except Missing as exc:
         report.problems.append(str(exc))
@@ -301,9 +301,9 @@ def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
     # out-of-range argmax already failed as a decision and is clamped only to stay computable)
     argmax = torch.from_numpy(inputs.td_argmax).to(dev)
     for b in range(len(BRANCHES)):
-        argmax[:, b] = argmax[:, b].clamp(0, config.dims.A[b] - 1)
-    td_target = model.td_targets(target_net.q_values, argmax, inputs.batch, config.hyper)
-    loss = model.total_loss(online_net, td_target, inputs.batch, config.hyper)
+        argmax[:, b] = argmax[:, b].clamp(0, dims.A[b] - 1)
+    td_target = model.td_targets(target_net.q_values, argmax, inputs.batch, hyper)
+    loss = model.total_loss(online_net, td_target, inputs.batch, hyper)
     names = list(leaves)
     grads = torch.autograd.grad(loss, [leaves[n] for n in names], allow_unused=True)
     for name, grad in zip(names, grads, strict=True):
@@ -312,7 +312,7 @@ def compare_step(trace: Trace, step: int, config: Any) -> OracleReport:
 
     # 3. the update
     try:
-        report.tensors += update_checks(snaps, inputs, config, dev)
+        report.tensors += update_checks(snaps, inputs, dims, hyper, dev)
     except Missing as exc:
         report.problems.append(str(exc))
     return report

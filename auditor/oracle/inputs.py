@@ -4,12 +4,12 @@ layout (missing data raises the trace's `Missing`), the batch and the pipeline's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from egf_audit.oracle import model
+from egf_audit.runtime.config_view import DimsView
 from egf_audit.runtime.contract import (
     AFTER_FORWARD,
     AFTER_LOSSES,
@@ -90,15 +90,17 @@ class StepInputs:
     alpha: float  # ISV[393] as the backward read it
 
 
-def read_params(snaps: StepSnapshots, checkpoint: str, buffer: str, config: Any, dev):
+def read_params(
+    snaps: StepSnapshots, checkpoint: str, buffer: str, dims: DimsView, dev: torch.device
+) -> model.Params:
     return {
         name: _f64(snaps.array(checkpoint, buffer, name, (rows, cols)), dev)
-        for name, rows, cols in param_shapes(config.dims)
+        for name, rows, cols in param_shapes(dims)
     }
 
 
-def load_inputs(snaps: StepSnapshots, config: Any, dev: torch.device) -> StepInputs:
-    d, nb = config.dims, len(BRANCHES)
+def load_inputs(snaps: StepSnapshots, dims: DimsView, dev: torch.device) -> StepInputs:
+    d, nb = dims, len(BRANCHES)
     widths = {"h_s1": d.SH1, "h_s2": d.SH2, "v_hid": d.VALH}
     widths.update({f"b{b}_hid": d.ADV for b in range(nb)})
     activations, aux_softmax, obs, context = {}, {}, {}, {}
@@ -127,8 +129,8 @@ def load_inputs(snaps: StepSnapshots, config: Any, dev: torch.device) -> StepInp
     if isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
         raise Missing("isv_signals at after_losses is shorter than ISV[393]")
     return StepInputs(
-        params=read_params(snaps, STEP_START, "params", config, dev),
-        target_params=read_params(snaps, STEP_START, "target_params", config, dev),
+        params=read_params(snaps, STEP_START, "params", dims, dev),
+        target_params=read_params(snaps, STEP_START, "target_params", dims, dev),
         obs=obs,
         context=context,
         activations=activations,

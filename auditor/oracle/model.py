@@ -10,10 +10,10 @@ lie from the float64 one (see `relu_band`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from egf_audit.runtime.config_view import HyperView
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES
 
 Params = dict[str, torch.Tensor]  # name -> [rows, cols] float64 (biases are [1, cols])
@@ -110,7 +110,7 @@ def huber(x: torch.Tensor, kappa: float) -> torch.Tensor:
 
 
 def td_targets(
-    target_q: list[torch.Tensor], td_argmax: torch.Tensor, batch: StepBatch, hyper: Any
+    target_q: list[torch.Tensor], td_argmax: torch.Tensor, batch: StepBatch, hyper: HyperView
 ) -> list[torch.Tensor]:
     """y_d = r + gamma (1 - done) Q'_d[argmax], at the given argmax; a constant (no gradient)."""
     keep = hyper.gamma * (1.0 - batch.done)
@@ -122,7 +122,7 @@ def td_targets(
 
 
 def total_loss(
-    online: NetPass, td_target: list[torch.Tensor], batch: StepBatch, hyper: Any
+    online: NetPass, td_target: list[torch.Tensor], batch: StepBatch, hyper: HyperView
 ) -> torch.Tensor:
     """sum_d L_td,d + sum_d L_cql,d + L_aux (design.md, Total loss)."""
     loss = online.q_values[0].new_zeros(())
@@ -180,7 +180,7 @@ def adam(
     m: torch.Tensor,
     v: torch.Tensor,
     t: int,
-    hyper: Any,
+    hyper: HyperView,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One Adam step with bias corrections 1 - beta^t: (param, m, v) after it."""
     m = hyper.beta1 * m + (1.0 - hyper.beta1) * grad

@@ -25,6 +25,7 @@ import numpy as np
 
 from egf_audit.errors import UsageError
 from egf_audit.pipeline.layout import build_layout
+from egf_audit.runtime.config_view import ConfigDict
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
 
 # Sizes above this are refused as absurd: one [B, SH2+1] fp32 buffer would pass 16 GiB.
@@ -84,7 +85,7 @@ class Config:
     dims: Dims
     hyper: Hyper = field(default_factory=Hyper)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> ConfigDict:
         return {
             "preset": self.preset,
             "seed": self.seed,

@@ -7,8 +7,8 @@ them, so the invariants and the reports can read it without importing the code t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from egf_audit.runtime.config_view import ConfigView
 from egf_audit.runtime.trace import Trace
 
 
@@ -26,7 +26,7 @@ class Scenario:
 class AuditRun:
     """Everything an invariant may read."""
 
-    config: Any  # egf_audit.pipeline.config.Config
+    config: ConfigView  # egf_audit.pipeline.config.Config, read through its protocol
     modes: tuple[str, ...]
     steps: int
     traces: dict[str, Trace] = field(default_factory=dict)

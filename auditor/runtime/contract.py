@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from egf_audit.runtime.config_view import DimsView
+
 # ---- fixed indices of the trainer ----
 ALPHA_GRAD_SMOOTHED_INDEX = 393  # ISV[393]: the smoothed wire gate
 AUX_UP_INDEX = 2  # aux classes are (down, flat, up)
@@ -86,9 +88,9 @@ REPLAYED_STEP = 0  # every replay re-runs step 0 from the production run's initi
 NONFINITE_PATTERN = np.array([np.nan, np.inf, -np.inf, -1.0], np.float32)
 
 
-def param_shapes(dims) -> list[tuple[str, int, int]]:
+def param_shapes(dims: DimsView) -> list[tuple[str, int, int]]:
     """The trainer's named-offset table (poff_*/goff_*): every parameter tensor in the order of
-    the flat buffer, as (name, rows, cols). `dims` is a Dims (egf_audit.pipeline.config)."""
+    the flat buffer, as (name, rows, cols)."""
     shapes = [
         ("w_s1", dims.SH1, dims.OBS),
         ("b_s1", 1, dims.SH1),
