@@ -3,17 +3,20 @@
 The real recorder (auditor/capture/egf_capture_recorder.c) needs a GPU: CUPTI calls it back for
 every driver call of the trainer process. Here the stand-in (`egf_audit.capture.standin.main`)
 runs on the CPU backend, wrapped in `RecordingBackend`, which delegates every call and writes,
-in program order, the event line(s) the recorder writes for the CUDA call the CUDA backend
-makes in its place: `cuMemAlloc_v2` and its zero-fill per buffer, one `cuMemcpyHtoDAsync_v2`
-per upload, `cuMemsetD8Async` (cudaMemsetAsync) per memset, `cuLaunchKernel` with the raw
-parameter bytes per kernel, cuBLAS's own log lines per SGEMM, and the snapshot regions of
-`abi_snapshots` around the snapshot kernels (values read back through the backend). The folder
-then gets `layout.json` (the stand-in's `--layout-out`) and `manifest.json` as
-`egf-audit capture` writes it. What this reproduces and what it does not:
-tests/data/capture/EMULATED.md.
+in program order, the event line(s) the recorder writes for the CUDA calls the CUDA backend
+(runtime/backends/cuda.py, through CuPy) makes in its place: per buffer the allocation of its
+guarded block, one zero fill of the whole block and CuPy's two canary fills of its guard zones
+(cuda_guard.guarded_zeros); per upload CuPy's staging copy and its copy (or, for one element,
+its copy kernel) into the buffer; `cuMemsetD8Async` (cudaMemsetAsync) per memset;
+`cuLaunchKernel` with the raw parameter bytes per kernel; cuBLAS's own log lines per SGEMM; the
+snapshot regions of `abi_snapshots` around the snapshot kernels (every value kept, read back
+through the backend); and the `exit` event. The folder then gets `layout.json` (the stand-in's
+`--layout-out`) and `manifest.json` as `egf-audit capture` writes it. What this reproduces and
+what it does not: tests/data/capture/EMULATED.md.
 
-    capture_standin(tmp_path / "clean", None, values_max=32)
+    capture_standin(tmp_path / "clean", None)
     capture_standin(tmp_path / "skip-scale", "skip-scale")
+    capture_standin(tmp_path / "one-step", None, steps=1)
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from egf_audit.capture import standin
 from egf_audit.capture.build import SOURCE as RECORDER_SOURCE
 from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.backends import select_backend
+from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
@@ -53,6 +57,11 @@ SGEMM_HEADER = (
 )
 _OPS = {"N": "CUBLAS_OP_N(0)", "T": "CUBLAS_OP_T(1)", "C": "CUBLAS_OP_C(2)"}
 _MASK64 = (1 << 64) - 1
+GUARD_BYTES = GUARD_ELEMENTS * ELEMENT_BYTES  # a guard zone of the CUDA backend (cuda_guard.py)
+POOL_UNIT = 512  # CuPy's memory pool rounds every block up to a multiple of 512 bytes
+# CuPy's elementwise kernels as the recorder writes them: a CArray or CIndexer argument is one
+# struct parameter (32 or 24 bytes), whose raw value the recorder does not keep (0)
+_CARRAY, _CINDEXER = [32, 0], [24, 0]
 
 
 def recorder_fnv_constants(source: str) -> tuple[int, int]:
@@ -228,19 +237,39 @@ class RecordingBackend:
         # the last polyak_ema's target, snapshotted again at the next launch (g.step_start_*)
         self._polyak: tuple[int, int] | None = None
         self._step_start_pending = False
+        self._staging = np.zeros(1, np.float32)  # stands in for CuPy's staging block (upload)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     # ---- memory ----
+    def _cupy_kernel(self, name: str, block: int, params: list[list[int]]) -> None:
+        """A launch of one of CuPy's own elementwise kernels, one block, as recorded on the H200."""
+        self._files.event(
+            "kernel",
+            api="cuLaunchKernel",
+            name=name,
+            grid=[1, 1, 1],
+            block=[block, 1, 1],
+            params=params,
+        )
+
     def alloc(self, spec: BufferSpec) -> int:
-        """cuMemAlloc_v2, then the zero fill CuPy's zeros() queues (cudaMemsetAsync)."""
+        """The CUDA backend's guarded buffer (cuda_guard.guarded_zeros): CuPy allocates one
+        block for GUARD_ELEMENTS of canary, the buffer, GUARD_ELEMENTS of canary (cuMemAlloc_v2
+        of its pool's rounded size), zero-fills the whole block (cupy.zeros: cudaMemsetAsync)
+        and fills each guard zone with CANARY_BITS (one `cupy_fill` launch each). The buffer
+        starts GUARD_BYTES into the block."""
         base = self._inner.alloc(spec)
         nbytes = spec.size * ELEMENT_BYTES
         bisect.insort(self._bases, base)
         self._sizes[base] = nbytes
-        self._files.memory("alloc", "cuMemAlloc_v2", base, 0, nbytes)
-        self._files.memory("memset", "cuMemsetD8Async", base, 0, nbytes)
+        block, whole = base - GUARD_BYTES, nbytes + 2 * GUARD_BYTES
+        pooled = -(-whole // POOL_UNIT) * POOL_UNIT
+        self._files.memory("alloc", "cuMemAlloc_v2", block, 0, pooled)
+        self._files.memory("memset", "cuMemsetD8Async", block, 0, whole)
+        for _zone in ("before", "after"):
+            self._cupy_kernel("cupy_fill", GUARD_ELEMENTS, [[4, CANARY_BITS], _CARRAY, _CINDEXER])
         return base
 
     def free(self, ptr: int) -> None:
@@ -249,15 +278,23 @@ class RecordingBackend:
         del self._sizes[ptr]
 
     def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
-        """One host-to-device copy to `ptr` (a strided upload: one per element). CuPy's own
-        staging (a copy into a pool block, then a device-to-device copy) is not emulated."""
-        count = int(np.asarray(values).size)
-        if stride == 1:
-            self._files.memory("copy", "cuMemcpyHtoDAsync_v2", ptr, 0, count * ELEMENT_BYTES)
+        """As CuPy writes `view[...] = cupy.asarray(values)`: a host-to-device copy into a
+        staging block of its pool, then a device-to-device copy (cuMemcpyAsync) from it to
+        `ptr`, or, for a single element, a `cupy_copy` kernel. The staging block is this
+        backend's own host array (an address no buffer holds); CuPy's pool picks, allocates and
+        reuses real ones."""
+        values = np.asarray(values)
+        count, nbytes = int(values.size), int(values.size) * ELEMENT_BYTES
+        if stride != 1 and count > 1:  # the stand-in makes none; no recording shows CuPy's launch
+            raise NotImplementedError("a strided upload (CuPy's strided copy kernel)")
+        staging = self._staging.ctypes.data
+        self._files.memory("copy", "cuMemcpyHtoDAsync_v2", staging, 0, nbytes)
+        if count == 1:
+            # as the CUDA backend casts it; the recordings show float32 (CuPy names int32 alike)
+            dtype = "int32" if values.dtype.kind in "iu" else "float32"
+            self._cupy_kernel(f"cupy_copy__{dtype}_{dtype}", 1, [_CARRAY, _CARRAY, _CINDEXER])
         else:
-            for i in range(count):
-                dst = ptr + i * stride * ELEMENT_BYTES
-                self._files.memory("copy", "cuMemcpyHtoDAsync_v2", dst, 0, ELEMENT_BYTES)
+            self._files.memory("copy", "cuMemcpyAsync", ptr, staging, nbytes)
         self._inner.upload(ptr, values, stride)
 
     def memset_zero(self, ptr: int, count: int) -> None:

@@ -25,11 +25,12 @@ from egf_audit.capture.events import parse_cublas, read_capture
 from egf_audit.capture.layout import layout_in, load_layout_file
 from egf_audit.invariants import INVARIANTS, capture_common
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.capture_model import ProcessCapture
+from egf_audit.runtime.effects import GUARD_ELEMENTS
 from egf_audit.scenarios.faults import FAULTS
 
 CAPTURE_DECIDES = frozenset(inv.code for inv in INVARIANTS if inv.capture is not None)
 H200 = Path(__file__).parent / "data" / "capture"  # captures of the stand-in on an H200
-H200_CAPTURES = sorted(p.parent.name for p in H200.glob("*/layout.json.gz"))
 
 # {fault: {code: why a capture of the trainer cannot show it}}: invariants the rebuild fails
 # for the fault, that a capture decides in general, but not for this fault.
@@ -178,30 +179,86 @@ def test_cublas_log_lines_read_back_to_the_call():
     assert {k: got[k] for k in keys} == dict(zip(keys, args, strict=True))
 
 
+# ---- the emulation against the H200 recordings (tests/data/capture, record.sh) ----
+# How record.sh ran the stand-in in each fixture folder that is no fault's own: (fault, steps,
+# whether the recording is the whole run or a prefix of it). A fault's folder is named after it
+# and ran the stand-in with --fault, 2 steps.
+STANDIN_RUNS: dict[str, tuple[str | None, int, bool]] = {
+    "clean": (None, 2, True),
+    # a torch launcher that uses CUDA itself, then the clean stand-in as its child: the child is
+    # compared; the launcher launches no kernel of egf-audit (_trainer)
+    "two-processes": (None, 2, True),
+    # one step, then SIGKILL: no exit event, and nothing after the kill
+    "killed": (None, 1, False),
+}
+NOT_THE_STANDIN = {
+    "not-a-trainer": "a torch matrix product, not the stand-in: there is nothing to emulate",
+}
+# CuPy's own kernels the emulation writes (the guard zones' canary fill, a one-element upload):
+# compared with their launch shape and raw parameters
+EMULATED_CUPY_KERNELS = ("cupy_fill", "cupy_copy__")
+
+
+def _where(layout, ptr):
+    """(buffer, element offset) of a device pointer; a pointer into the guard zone in front of a
+    buffer (the CUDA backend's guarded block starts GUARD_ELEMENTS before it) as a negative
+    offset into that buffer; None when no buffer of the layout holds it."""
+    if not isinstance(ptr, int) or ptr <= 1 << 32:
+        return None
+    found = layout.resolve(ptr)
+    if found is not None:
+        return found[0].name, found[1]
+    for buffer in layout.buffers.values():
+        before = buffer.base - ptr
+        if 0 < before <= GUARD_ELEMENTS * 4 and before % 4 == 0:
+            return buffer.name, -before // 4
+    return None
+
+
 def _named(layout, value):
-    """A pointer as (buffer, element offset); any other value as itself."""
-    found = layout.resolve(value) if isinstance(value, int) and value > 1 << 32 else None
-    return value if found is None else (found[0].name, found[1])
+    """A pointer as (buffer, element offset); any other value (or a pointer no buffer holds) as
+    itself, so an unnamed address never matches across two captures."""
+    found = _where(layout, value)
+    return value if found is None else found
 
 
-def _program(folder: Path) -> tuple[list, list]:
+def _trainer(folder: Path):
+    """The one process of a capture that launched egf-audit's kernels."""
+    trainers = [
+        proc
+        for proc in read_capture(folder)
+        if any(r.kind == "kernel" and r.name in KERNELS_BY_NAME for r in proc.records)
+    ]
+    assert len(trainers) == 1, f"{folder.name}: {len(trainers)} processes ran the stand-in"
+    return trainers[0]
+
+
+def _program(folder: Path) -> tuple[list, list, ProcessCapture]:
     """What a capture says the trainer did, addresses named: egf-audit's kernels with their
-    arguments, GEMMs, memsets in order; and the snapshot regions in order."""
+    decoded arguments and launch shapes, the CuPy kernels the emulation writes, GEMMs with their
+    operands, every memset, the allocations and copies of named buffers, in order; the
+    snapshot regions in order, with the number of values each kept; and the process."""
     layout = load_layout_file(layout_in(folder))
-    (proc,) = read_capture(folder)
+    proc = _trainer(folder)
     calls = []
     for r in proc.records:
         a = r.args
         if r.kind == "kernel" and r.name in KERNELS_BY_NAME:
-            # the H200 capture predates Adam's bias corrections from the fp32 betas
-            skip = ("bc1", "bc2") if r.name == "adam_update" else ()
-            calls.append((r.name, {k: _named(layout, v) for k, v in a.items() if k not in skip}))
+            calls.append((r.name, {k: _named(layout, v) for k, v in a.items()}))
+        elif r.kind == "kernel" and r.name.startswith(EMULATED_CUPY_KERNELS):
+            calls.append((r.name, a))
         elif r.kind == "sgemm":
             operands = {k: _named(layout, a[k]) for k in ("A", "B", "C")}
             keys = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "alpha", "beta")
             calls.append(("sgemm", *(a[k] for k in keys), operands))
         elif r.kind == "memset":
-            calls.append(("memset", _named(layout, a["dst"]), a["bytes"], a["value"]))
+            calls.append(("memset", r.api, _named(layout, a["dst"]), a["bytes"], a["value"]))
+        elif r.kind == "alloc" and _where(layout, a["dst"]) is not None:
+            calls.append(("alloc", r.api, _where(layout, a["dst"]), a["bytes"]))
+        elif r.kind == "copy":
+            dst, src = _where(layout, a["dst"]), _where(layout, a["src"])
+            if dst is not None or src is not None:
+                calls.append(("copy", r.api, dst, src, a["bytes"]))
     kinds = {r.seq: r.name for r in proc.records}
     regions = [
         (
@@ -217,20 +274,77 @@ def _program(folder: Path) -> tuple[list, list]:
         )
         for s in proc.snapshots
     ]
-    return calls, regions
+    return calls, regions, proc
 
 
-@pytest.mark.parametrize("name", H200_CAPTURES)
-def test_the_emulation_records_what_the_h200_recorded(tmp_path, name):
-    """The stand-in, emulated with --values-max 32, against its H200 capture: the same kernels
-    of egf-audit with the same arguments (pointers as buffer and offset), the same GEMMs,
-    memsets and snapshot regions, in the same order (tests/data/capture/EMULATED.md lists
-    what differs)."""
-    fault = None if name == "clean" else name
-    emulated = _program(capture_standin(tmp_path / name, fault, values_max=32))
-    recorded = _program(H200 / name)
-    assert emulated[0] == recorded[0]
-    assert emulated[1] == recorded[1]
+def _h200_cases() -> list:
+    cases = []
+    for folder in sorted(p for p in H200.iterdir() if p.is_dir()):
+        name = folder.name
+        if name in NOT_THE_STANDIN:
+            reason = f"{name}: {NOT_THE_STANDIN[name]}"
+            cases.append(pytest.param(name, id=name, marks=pytest.mark.skip(reason=reason)))
+        else:
+            cases.append(pytest.param(name, id=name))
+    return cases
+
+
+def _run_of(name: str) -> tuple[str | None, int, bool]:
+    if name in STANDIN_RUNS:
+        return STANDIN_RUNS[name]
+    assert name in FAULT_NAMES, f"{name}: a fixture folder with no rule here (STANDIN_RUNS)"
+    return name, 2, True
+
+
+def _recorded_run(folder: Path) -> tuple[str | None, int]:
+    """(--fault, --steps) the recorded command passed the stand-in (its defaults where absent),
+    read from the manifest: in its argv, or in the `python -c` script that ran it."""
+    command = " ".join(json.loads((folder / "manifest.json").read_text())["command"])
+    words = command.replace("'", " ").replace(",", " ").replace("[", " ").split()
+
+    def option(flag: str) -> str | None:
+        return words[words.index(flag) + 1] if flag in words else None
+
+    return option("--fault"), int(option("--steps") or 2)
+
+
+@pytest.mark.parametrize("name", _h200_cases())
+def test_the_emulation_records_what_the_h200_recorded(captures, tmp_path, name):
+    """The stand-in, emulated, against its H200 capture: the same kernels of egf-audit with the
+    same arguments and launch shapes (pointers as buffer and offset), the same CuPy fills and
+    copies around them, GEMMs, memsets, allocations and copies of named buffers, and snapshot
+    regions with every value kept, in the same order; both end with the exit event, unless the
+    process was killed (then the recording is a prefix of the emulation).
+    tests/data/capture/EMULATED.md lists what differs."""
+    fault, steps, whole = _run_of(name)
+    assert _recorded_run(H200 / name) == (fault, steps)
+    if steps == 2:  # the stand-in's default run, emulated once for the fault tests
+        folder = captures["clean" if fault is None else fault, True]
+    else:
+        folder = capture_standin(tmp_path / name, fault, steps=steps)
+    emulated_calls, emulated_regions, emulated = _program(folder)
+    calls, regions, recorded = _program(H200 / name)
+    for proc in (emulated, recorded):  # every value kept (the body of a matrix: its hash only)
+        kept = [(s.values.size, s.elements if s.skip_col < 0 else 0) for s in proc.snapshots]
+        assert all(count == expected for count, expected in kept), f"{proc.pid}: values cut"
+    assert emulated.ended
+    if whole:
+        assert recorded.ended
+        assert emulated_calls == calls
+        assert emulated_regions == regions
+    else:
+        manifest = json.loads((H200 / name / "manifest.json").read_text())
+        assert not recorded.ended and manifest["exit_code"] == -9  # SIGKILL
+        assert any(c[0] == "polyak_ema" for c in calls), "the recording ends before its step does"
+        assert emulated_calls[: len(calls)] == calls
+        assert emulated_regions[: len(regions)] == regions
+
+
+def test_every_h200_fixture_is_compared_or_says_why_not():
+    folders = {p.name for p in H200.iterdir() if p.is_dir()}
+    ruled = set(STANDIN_RUNS) | set(NOT_THE_STANDIN) | (folders & set(FAULT_NAMES))
+    assert folders <= ruled, sorted(folders - ruled)
+    assert set(NOT_THE_STANDIN) <= folders
 
 
 def test_kept_values_are_the_hashed_ones(captures):
