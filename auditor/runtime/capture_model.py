@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.trace import Trace
+from egf_audit.runtime.trace import BufferLayout, Trace
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,14 @@ class Buffer:
         return self.base <= ptr < self.base + self.size * ELEMENT_BYTES
 
 
+class NamedBuffer(TypedDict):
+    """How one buffer of a capture was named: a row of the capture document's buffer table."""
+
+    buffer: str
+    elements: int
+    named_by: str
+
+
 @dataclass
 class CaptureLayout:
     buffers: dict[str, Buffer] = field(default_factory=dict)
@@ -136,7 +144,7 @@ class CaptureLayout:
                 return name, (t_offset, rows, cols)
         return None
 
-    def as_trace_layout(self) -> dict[str, Any]:
+    def as_trace_layout(self) -> dict[str, BufferLayout]:
         """The form `Trace.layout` has: buffer -> dtype, size, tensors."""
         return {
             b.name: {
@@ -147,7 +155,7 @@ class CaptureLayout:
             for b in self.buffers.values()
         }
 
-    def naming(self) -> list[dict[str, Any]]:
+    def naming(self) -> list[NamedBuffer]:
         return [
             {"buffer": b.name, "elements": b.size, "named_by": b.source}
             for b in sorted(self.buffers.values(), key=lambda b: b.name)

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from egf_audit.runtime.trace import Launch
 
@@ -87,18 +88,37 @@ def _logged_key(call: dict[str, str]) -> tuple[str, ...]:
     return tuple(call.get(f, "?") for f in FIELDS)
 
 
+class WitnessMismatch(TypedDict):
+    """A recorded SGEMM whose logged call differs: its index, label and both argument sets."""
+
+    index: int
+    label: str
+    recorded: dict[str, str]
+    logged: dict[str, str]
+
+
+class WitnessDict(TypedDict):
+    """`WitnessResult.as_dict()`: what the report, `--json` and the document read."""
+
+    logged: int
+    recorded: int
+    matched: int
+    ok: bool
+    mismatches: list[WitnessMismatch]
+
+
 @dataclass
 class WitnessResult:
     logged: int
     recorded: int
     matched: int
-    mismatches: list[dict] = field(default_factory=list)  # first few, for the report
+    mismatches: list[WitnessMismatch] = field(default_factory=list)  # first few, for the report
 
     @property
     def ok(self) -> bool:
         return self.logged == self.recorded == self.matched
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> WitnessDict:
         return {
             "logged": self.logged,
             "recorded": self.recorded,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -190,7 +191,7 @@ class KernelSet:
         return tuple(sorted(found.items()))
 
 
-def load_kernel_set(kernels_dir: str | Path | None = None) -> KernelSet:
+def load_kernel_set(kernels_dir: str | os.PathLike[str] | None = None) -> KernelSet:
     """The bundled kernels, with any same-named file from `kernels_dir` in their place."""
     replaced: dict[str, Path] = {}
     ignored: list[str] = []
@@ -208,7 +209,7 @@ def load_kernel_set(kernels_dir: str | Path | None = None) -> KernelSet:
                 f"--kernels {root}: holds no known kernel file (expected names like "
                 f"{KERNELS[0].file}; see kernels/README.md)"
             )
-    headers = headers_under(Path(kernels_dir)) if replaced else ()
+    headers = headers_under(Path(kernels_dir)) if kernels_dir is not None and replaced else ()
     sources = []
     for spec in KERNELS:
         if spec.file in replaced:

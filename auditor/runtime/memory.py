@@ -10,6 +10,10 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.trace import BufferLayout
 
 ELEMENT_BYTES = 4  # fp32 and int32 alike
 
@@ -73,7 +77,7 @@ class Layout:
         except KeyError:
             raise KeyError(f"no buffer named {name}") from None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, BufferLayout]:
         return {
             b.name: {
                 "dtype": b.dtype,

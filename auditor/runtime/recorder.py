@@ -135,8 +135,9 @@ class Recorder:
     def _observe(
         self, kind: str, name: str, label: str, bindings: tuple, run: Callable[[], None]
     ) -> Effects:
-        if self._watch is None:
-            self._watch = self.backend.watch(list(self.amap.bases.values()))
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = self.backend.watch(list(self.amap.bases.values()))
         failure = None
         try:
             run()
@@ -145,7 +146,7 @@ class Recorder:
             where = f"{self.trace.scenario} launch #{len(self.trace.launches)} ({label})"
             self.backend.failed_kernels[name] = f"{name} {failure} at {where}"
         breaches = self._guard_breaches() if kind == "kernel" else ()
-        strays = self._stray_writes(bindings)
+        strays = self._stray_writes(watch, bindings)
         if failure is None and not breaches and not strays:
             return CONTAINED
         return Effects(strays, breaches, failure)
@@ -163,7 +164,7 @@ class Recorder:
             self._buffer_at = {base: buffer for buffer, base in self.amap.bases.items()}
         return self._buffer_at
 
-    def _stray_writes(self, bindings: tuple[Binding, ...]) -> tuple[StrayWrite, ...]:
+    def _stray_writes(self, watch: Watch, bindings: tuple[Binding, ...]) -> tuple[StrayWrite, ...]:
         key = tuple(map(id, bindings))  # bindings are memoised: their identity is stable
         exempt = self._exempt.get(key)
         if exempt is None:
@@ -175,7 +176,7 @@ class Recorder:
             self._exempt[key] = exempt
         names = self._names()
         found = []
-        for base, first, count, old, new in self._watch.changes(exempt):
+        for base, first, count, old, new in watch.changes(exempt):
             buffer = names[base]
             tensor = self.layout.buffer(buffer).tensor_at(first)
             found.append(
@@ -241,14 +242,15 @@ class Recorder:
         if self.instrumented:
             c_access = "w" if beta == 0.0 else "rw"
             key = ("sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc, c_access)
-            bindings = self._launch_bindings.get(key)
-            if bindings is None:
+            cached = self._launch_bindings.get(key)
+            if cached is None:
                 boxes = gemm_operand_boxes(transa, transb, m, n, k, lda, ldb, ldc)
-                bindings = self._launch_bindings[key] = (
+                cached = self._launch_bindings[key] = (
                     self._bind("A", a, "r", (0, *boxes["A"])),
                     self._bind("B", b, "r", (0, *boxes["B"])),
                     self._bind("C", c, c_access, (0, *boxes["C"])),
                 )
+            bindings = cached
         self._record(
             "sgemm",
             "sgemm",
@@ -270,11 +272,12 @@ class Recorder:
             # Boxes depend on pointers and integer arguments only, never on float ones (Adam's
             # bias corrections change every step and would defeat the memo).
             key = (name, *(args[p] for p in spec.layout_params))
-            bindings = self._launch_bindings.get(key)
-            if bindings is None:
-                bindings = self._launch_bindings[key] = tuple(
+            cached = self._launch_bindings.get(key)
+            if cached is None:
+                cached = self._launch_bindings[key] = tuple(
                     self._bind(a.param, args[a.param], a.mode, a.box(args)) for a in spec.accesses
                 )
+            bindings = cached
         recorded = dict(args, grid=blocks, block=THREADS_PER_BLOCK)
         self._record(
             "kernel",
@@ -300,7 +303,7 @@ class Recorder:
         """A host-to-device write (batch, forced gate, injected values): a recorded launch too."""
         values = np.asarray(values)
         count = int(values.size)
-        bindings = ()
+        bindings: tuple[Binding, ...] = ()
         if self.instrumented:
             bindings = (self._bind("dst", dst, "w", (0, count, 1, stride)),)
         self._record(

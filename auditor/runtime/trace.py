@@ -10,12 +10,33 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict, overload
 
 import numpy as np
 
 from egf_audit.runtime.contract import STEP_START
 from egf_audit.runtime.effects import Effects
+
+
+class BufferLayout(TypedDict):
+    """One buffer of `Trace.layout`, as the recorder (the rebuild's `Layout.as_dict`) and the
+    capture reader (`CaptureLayout.as_trace_layout`) write it."""
+
+    dtype: str  # "f32" or "i32"
+    size: int  # elements
+    tensors: dict[str, list[int]]  # name -> [offset, rows, cols]
+
+
+def tensor_table(layout: Mapping[str, BufferLayout], buffer: str) -> dict[str, list[int]]:
+    """The tensors of `buffer` in a trace's layout, by name; {} when the layout has none."""
+    spec = layout.get(buffer)
+    return {} if spec is None else spec.get("tensors", {})
+
+
+def buffer_size(layout: Mapping[str, BufferLayout], buffer: str) -> int | None:
+    """The size of `buffer` in a trace's layout, in elements; None when the layout has none."""
+    spec = layout.get(buffer)
+    return None if spec is None else spec.get("size")
 
 
 class Missing(KeyError):
@@ -100,6 +121,10 @@ class Launch:
         """The backward call site ("cql", "main") from the label suffix, if any."""
         return self.label.rsplit("@", 1)[1] if "@" in self.label else None
 
+    @overload
+    def binding(self, role: str, required: Literal[True] = True) -> Binding: ...
+    @overload
+    def binding(self, role: str, required: bool) -> Binding | None: ...
     def binding(self, role: str, required: bool = True) -> Binding | None:
         """The operand `role`; absent, it is missing data (or None when not `required`: a
         kernel launch has no SGEMM operand C, and asking is no error)."""
@@ -146,7 +171,7 @@ class Trace:
 
     scenario: str
     backend: str
-    layout: dict[str, Any]
+    layout: dict[str, BufferLayout]
     meta: dict[str, Any] = field(default_factory=dict)
     launches: list[Launch] = field(default_factory=list)
     # snapshots[(step, checkpoint)][buffer] -> host copy (float32 or int32), made on first read

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import numpy as np
 
 from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.memory import BufferSpec
+
+if TYPE_CHECKING:
+    import cupy
 
 
 class Watch(Protocol):
@@ -81,3 +84,21 @@ class Backend(Protocol):
 
     def info(self) -> dict[str, str]:
         """Device name and library versions, for the environment block."""
+
+
+class StreamBackend(Backend, Protocol):
+    """A backend whose launches run on a CUDA stream (the CUDA backend): the bench times the
+    pipeline on a stream of its own and captures its step in a CUDA graph."""
+
+    stream: cupy.cuda.Stream
+
+    def use_stream(self, stream: cupy.cuda.Stream) -> None:
+        """Run every later launch on `stream`."""
+
+    def prepare_capture(self) -> None:
+        """Make the SGEMMs capturable in a CUDA graph (a fixed cuBLAS workspace)."""
+
+
+def runs_on_streams(backend: Backend) -> TypeGuard[StreamBackend]:
+    """The CUDA backend, by its name: the one whose launches run on a stream."""
+    return backend.name == "cuda"

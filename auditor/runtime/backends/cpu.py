@@ -13,7 +13,8 @@ import contextlib
 import ctypes
 import os
 import platform
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +31,11 @@ from egf_audit.runtime.gemm_rules import GemmRefused, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
-_CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "long long": ctypes.c_longlong}
+_CTYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
+    "int": ctypes.c_int,
+    "float": ctypes.c_float,
+    "long long": ctypes.c_longlong,
+}
 
 
 def launcher_source(source: KernelSource) -> str:
@@ -77,13 +82,15 @@ class CpuBackend:
         # worker; the bundled ones are egf-audit's own, proved by every clean audit, and run
         # in-process: a round trip per launch would double the cost of every audit.
         self._isolated: set[str] = set()
-        functions, formats = [], []
+        functions: list[Callable[..., None]] = []
+        formats: list[struct.Struct] = []
         with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
             libs = list(pool.map(compile_kernel, kernel_set.sources))
         for source, lib in zip(kernel_set.sources, libs, strict=True):
             fn = lib.egf_launch
             fn.restype = None
-            fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [
+            argtypes: list[type[ctypes._SimpleCData[Any]]] = [ctypes.c_uint, ctypes.c_uint]
+            fn.argtypes = argtypes + [
                 ctypes.c_void_p if t.endswith("*") else _CTYPES[t] for _, t in source.spec.params
             ]
             self._index[source.spec.name] = len(functions)

@@ -113,7 +113,7 @@ class CudaBackend:
         self._zones = None  # the zone scan runs on the pipeline's stream
         cublas.setStream(self.handle, stream.ptr)
         if self._workspace is not None:  # cublasSetStream drops a user workspace: set it again
-            self._set_workspace()
+            self._set_workspace(self._workspace)
 
     def prepare_capture(self) -> None:
         """Make SGEMMs capturable in a CUDA graph. CuPy's cuBLAS wrapper refuses calls while a
@@ -139,13 +139,13 @@ class CudaBackend:
             ctypes.c_int,
         ]
         self._workspace = cupy.empty(CAPTURE_WORKSPACE_BYTES, dtype=cupy.uint8)
-        self._set_workspace()
+        self._set_workspace(self._workspace)
 
-    def _set_workspace(self) -> None:
+    def _set_workspace(self, workspace: cupy.ndarray) -> None:
         status = _libcublas().cublasSetWorkspace_v2(
             ctypes.c_void_p(self.handle),
-            ctypes.c_void_p(self._workspace.data.ptr),
-            ctypes.c_size_t(self._workspace.nbytes),
+            ctypes.c_void_p(workspace.data.ptr),
+            ctypes.c_size_t(workspace.nbytes),
         )
         if status != 0:
             raise AuditEnvironmentError(f"cublasSetWorkspace_v2 failed with status {status}")

@@ -84,7 +84,8 @@ def allocate(count: int, dtype: str) -> GuardedBuffer:
     _check(_libc.mprotect(address, PAGE, PROT_NONE), "mprotect")
     _check(_libc.mprotect(address + (inner_pages + 1) * PAGE, PAGE, PROT_NONE), "mprotect")
     inner = (ctypes.c_uint8 * (inner_pages * PAGE)).from_address(address + PAGE)
-    raw = np.frombuffer(inner, dtype=np.uint8)
+    # numpy's stub lists no ctypes array among the buffers frombuffer takes; it is one
+    raw = np.frombuffer(inner, dtype=np.uint8)  # type: ignore[call-overload]
     split = inner_pages * PAGE - nbytes
     canaries = raw[:split].view(np.uint32)
     canaries[:] = CANARY_BITS
@@ -253,4 +254,8 @@ class Watcher:
         m = len(boxes) // 5
         flat = (ctypes.c_longlong * max(len(boxes), 1))(*boxes)
         k = _scan().egf_changes(t.n, t.columns[0], t.columns[1], self._counts, m, flat, self._out)
-        return [tuple(self._out[5 * j : 5 * j + 5]) for j in range(k)]
+        out = self._out
+        return [
+            (out[5 * j], out[5 * j + 1], out[5 * j + 2], out[5 * j + 3], out[5 * j + 4])
+            for j in range(k)
+        ]
