@@ -8,13 +8,13 @@ egf-audit and surfaces as one (exit 3).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from egf_audit.runtime.contract import AFTER_LOSSES, ALPHA_GRAD_SMOOTHED_INDEX, ISV
-from egf_audit.runtime.trace import Missing
+from egf_audit.runtime.trace import Missing, tensor_table
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun, Scenario
@@ -76,7 +76,8 @@ def region_values(flat: np.ndarray, region: Region) -> np.ndarray:
     """The [rows, width] box a launch operand covers, read out of a flat buffer snapshot."""
     if region.rows <= 0 or region.width <= 0 or region.offset < 0 or region.last > flat.size:
         raise Missing(f"the box {describe(region)} does not fit a snapshot of {region.buffer}")
-    return flat[region.flat_indices()].reshape(region.rows, region.width)
+    box: np.ndarray = flat[region.flat_indices()]
+    return box.reshape(region.rows, region.width)
 
 
 def writes_element(launch: Launch, buffer: str, element: int) -> bool:
@@ -97,7 +98,17 @@ def size(region: Region) -> int:
     return max(region.rows, 0) * max(region.width, 0)
 
 
-def describe(region: Region | None) -> dict[str, Any] | None:
+class RegionFacts(TypedDict):
+    """A launch operand's box, as evidence."""
+
+    buffer: str
+    offset: int
+    rows: int
+    width: int
+    ld: int
+
+
+def describe(region: Region | None) -> RegionFacts | None:
     if region is None:
         return None
     return {
@@ -111,7 +122,7 @@ def describe(region: Region | None) -> dict[str, Any] | None:
 
 def tensor_of_element(trace: Trace, buffer: str, element: int) -> str | None:
     """The name of the tensor of `buffer` that holds flat element `element`, or None."""
-    for name, (offset, rows, cols) in trace.layout.get(buffer, {}).get("tensors", {}).items():
+    for name, (offset, rows, cols) in tensor_table(trace.layout, buffer).items():
         if offset <= element < offset + rows * cols:
             return name
     return None
@@ -125,7 +136,8 @@ def bits(values: np.ndarray) -> np.ndarray:
 
 def bit_mismatch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Boolean mask of the elements whose fp32 bit patterns differ (same shapes required)."""
-    return bits(a) != bits(b)
+    mismatch: np.ndarray = bits(a) != bits(b)
+    return mismatch
 
 
 def is_plus_zero(value: float) -> bool:
@@ -149,9 +161,14 @@ def first_index(mask: np.ndarray) -> list[int]:
     return [int(i) for i in np.argwhere(mask)[0]]
 
 
-def listed(failures: list[dict[str, Any]]) -> dict[str, Any]:
+def listed(failures: Sequence[Mapping[str, object]]) -> dict[str, object]:
     return {"failures": failures[:MAX_LISTED], "failures_total": len(failures)}
 
 
-def count_by(failures: Iterable[dict[str, Any]], kind: str) -> int:
+def kinds(failures: Iterable[Mapping[str, object]]) -> list[str]:
+    """The kinds of failure found, sorted, each once."""
+    return sorted({str(f["kind"]) for f in failures})
+
+
+def count_by(failures: Iterable[Mapping[str, object]], kind: str) -> int:
     return sum(1 for f in failures if f["kind"] == kind)

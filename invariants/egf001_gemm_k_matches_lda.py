@@ -3,19 +3,37 @@ to, and every launch stays inside its buffers."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
+from egf_audit.runtime.trace import buffer_size
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Binding, Launch, Trace
+    from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
 GEMM_ARGS = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc")
+
+
+class OffendingLaunches(TypedDict):
+    """The part of a failed rebuild verdict that names the offending launches: the wire-status
+    table (egf_audit.reports.wire_status) reads it to find the stage a failure belongs to."""
+
+    offending_sgemms: int
+    offending_sgemm_labels: list[str]
+    offending_launches: int
+    offending_launch_labels: list[str]
+
+
+def names_offenders(evidence: Mapping[str, object]) -> TypeGuard[OffendingLaunches]:
+    """Whether a verdict's evidence names the offending launches (not every failure does: a
+    mode without SGEMMs, missing data)."""
+    return OffendingLaunches.__required_keys__ <= evidence.keys()
 
 
 def _extent_problem(b: Binding) -> str | None:
@@ -26,21 +44,21 @@ def _extent_problem(b: Binding) -> str | None:
         return f"reads past the end of {b.region.buffer}"
     if b.tensor_shape is None:
         return f"points into no tensor of {b.region.buffer}"
-    return span_problem(b)
+    return span_problem(b.region, b.tensor_shape, b.tensor)
 
 
-def span_problem(b: Binding) -> str | None:
+def span_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
     """Why an operand resolved into a tensor does not cover it exactly (its first element, all
     its rows and columns, its row stride), or None. The capture's EGF001 uses it too."""
-    r, (t_offset, t_rows, t_cols) = b.region, b.tensor_shape
+    t_offset, t_rows, t_cols = tensor_shape
     if r.offset != t_offset:
-        return f"starts {r.offset - t_offset} elements into {b.tensor}"
+        return f"starts {r.offset - t_offset} elements into {tensor}"
     if r.width != t_cols:
-        return f"spans {r.width} of {t_cols} columns of {b.tensor}"
+        return f"spans {r.width} of {t_cols} columns of {tensor}"
     if r.rows != t_rows:
-        return f"spans {r.rows} of {t_rows} rows of {b.tensor}"
+        return f"spans {r.rows} of {t_rows} rows of {tensor}"
     if r.rows > 1 and r.ld != t_cols:
-        return f"uses row stride {r.ld} on {b.tensor}, whose row stride is {t_cols}"
+        return f"uses row stride {r.ld} on {tensor}, whose row stride is {t_cols}"
     return None
 
 
@@ -62,7 +80,7 @@ def _bounds_problem(b: Binding, trace: Trace) -> str | None:
         return None
     if b.region is None:
         return "pointer resolves to no buffer"
-    size = trace.layout.get(b.region.buffer, {}).get("size")
+    size = buffer_size(trace.layout, b.region.buffer)
     return f"touches elements up to {b.region.last} of {b.region.buffer} (size {size})"
 
 
@@ -116,13 +134,16 @@ def check(run: AuditRun, mode: str) -> Verdict:
     if bad_gemms or bad_launches:
         first = (bad_gemms or bad_launches)[0]
         summary = f"{first['label']}: operand {first['operand']} {first['problem']}"
+        offenders: OffendingLaunches = {
+            "offending_sgemms": len(bad_gemms),
+            "offending_sgemm_labels": sorted({r["label"] for r in bad_gemms}),
+            "offending_launches": len(bad_launches),
+            "offending_launch_labels": sorted({r["label"] for r in bad_launches}),
+        }
         return failed(
             f"{summary} ({len(bad_gemms)} SGEMMs, {len(bad_launches)} other launches offend)",
             first=first,
-            offending_sgemms=len(bad_gemms),
-            offending_sgemm_labels=sorted({r["label"] for r in bad_gemms}),
-            offending_launches=len(bad_launches),
-            offending_launch_labels=sorted({r["label"] for r in bad_launches}),
+            **offenders,
             **counts,
         )
     return passed(

@@ -3,7 +3,7 @@ call sites, also when the upstream dX is not finite, and the aux head receives n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from egf_audit.invariants.common import (
 from egf_audit.invariants.egf008_both_call_sites_gated import scale_problems
 from egf_audit.invariants.registry import (
     Invariant,
+    SiteFinding,
     Verdict,
     failed,
     failed_at_sites,
@@ -57,6 +58,20 @@ if TYPE_CHECKING:
     from egf_audit.runtime.trace import Trace
 
 
+class WireNotZero(SiteFinding, total=False):
+    """A gate-0 call site whose wire is not +0.0 or whose aux head received the wire."""
+
+    injected: dict[str, int]  # what the wire column held instead of the injected pattern
+    rows_not_plus_zero: int
+    rows: int
+    first_row: int
+    first_value: float | str
+    first_bits: str
+    aux_elements_changed: int
+    aux_first_element: list[int]
+    aux_max_abs_change: float | str
+
+
 def _injected_kinds(wire: np.ndarray) -> dict[str, int]:
     """How many rows of the upstream wire dX hold each kind of value the audit injects."""
     return {
@@ -74,22 +89,21 @@ def _injection_seen(wire: np.ndarray) -> bool:
     return not bit_mismatch(wire, expected).any()
 
 
-def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool) -> dict[str, Any]:
-    """What one call site of one gate-0 step shows: its `problems`, or {} when it holds."""
-    at = {"scenario": trace.scenario, "step": step, "site": site}
+def _site_findings(
+    trace: Trace, step: int, site: str, sh2: int, injected: bool
+) -> WireNotZero | None:
+    """What one call site of one gate-0 step shows: its `problems`, or None when it holds."""
+    found: WireNotZero = {"scenario": trace.scenario, "step": step, "site": site, "problems": []}
     if injected:
         upstream = trace.snapshot(step, site_checkpoint(site, AFTER_INJECT), DIR_DX)
         if not _injection_seen(upstream[:, sh2]):
             # the injection did not reach the wire column: the NaN-safety claim would be vacuous
-            kinds = _injected_kinds(upstream[:, sh2])
-            return at | {
-                "problems": ["injection not visible in the wire column"],
-                "injected": kinds,
-            }
+            found["problems"].append("injection not visible in the wire column")
+            found["injected"] = _injected_kinds(upstream[:, sh2])
+            return found
     scaled = trace.snapshot(step, site_checkpoint(site, AFTER_SCALE), DIR_DX)
     before = trace.snapshot(step, site_checkpoint(site, AUX_BEFORE_WIRE), "d_aux_logits")
     after = trace.snapshot(step, site_checkpoint(site, AUX_AFTER_WIRE), "d_aux_logits")
-    found: dict[str, Any] = {"problems": []}
     wire = scaled[:, sh2]
     not_plus_zero = bits(wire) != 0
     if not_plus_zero.any():
@@ -114,12 +128,14 @@ def _site_findings(trace: Trace, step: int, site: str, sh2: int, injected: bool)
             "aux_first_element": first_index(changed),
             "aux_max_abs_change": json_float(largest),
         }
-    return at | found if found["problems"] else {}
+    return found if found["problems"] else None
 
 
 def check(run: AuditRun, mode: str) -> Verdict:
     sh2 = run.config.dims.SH2
-    checked, injected_checked, findings = [], 0, []
+    checked: list[str] = []
+    injected_checked = 0
+    findings: list[WireNotZero] = []
     for scenario, trace in gated_traces(run, mode):
         for step in steps(trace):
             if alpha_at(trace, step) != 0.0:
@@ -128,7 +144,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
             injected_checked += bool(scenario.inject_nonfinite)
             for site in SITES:
                 found = _site_findings(trace, step, site, sh2, scenario.inject_nonfinite)
-                if found:
+                if found is not None:
                     findings.append(found)
     evidence = {"gate_zero_steps": checked, "injected_steps": injected_checked}
     verdict = failed_at_sites(findings, **evidence)

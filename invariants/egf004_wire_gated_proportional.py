@@ -3,7 +3,7 @@ and only it, by the gate: fl(alpha * g) bit for bit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Required
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from egf_audit.invariants.common import (
 from egf_audit.invariants.egf003_wire_zero_under_sentinel import gate_problems
 from egf_audit.invariants.registry import (
     Invariant,
+    SiteFinding,
     Verdict,
     failed,
     failed_at_sites,
@@ -53,6 +54,21 @@ if TYPE_CHECKING:
     from egf_audit.runtime.trace import Trace
 
 
+class NotGated(SiteFinding, total=False):
+    """An open-gate call site whose wire is not fl(alpha * g), or whose other columns the scale
+    changed."""
+
+    alpha: Required[float | str]
+    rows_wrong: int
+    rows: int
+    first_row: int
+    g: float | str
+    expected_bits: str
+    got_bits: str
+    elements_touched: int
+    columns_touched: list[int]
+
+
 def gated(alpha: np.float32, g: np.ndarray) -> np.ndarray:
     """What the scale must leave in the wire: one fp32 multiply, exactly what the kernel
     computes (the rebuild and the capture compare bits with this)."""
@@ -70,11 +86,16 @@ def _upstream(trace: Trace, step: int, site: str) -> np.ndarray:
 
 def _site_findings(
     trace: Trace, step: int, site: str, sh2: int, alpha: np.float32
-) -> dict[str, Any]:
-    at = {"scenario": trace.scenario, "step": step, "site": site, "alpha": json_float(alpha)}
+) -> NotGated | None:
+    found: NotGated = {
+        "scenario": trace.scenario,
+        "step": step,
+        "site": site,
+        "alpha": json_float(alpha),
+        "problems": [],
+    }
     upstream = _upstream(trace, step, site)
     scaled = trace.snapshot(step, site_checkpoint(site, AFTER_SCALE), DIR_DX)
-    found: dict[str, Any] = {"problems": []}
     g = upstream[:, sh2]
     expected = gated(alpha, g)
     wrong = bit_mismatch(scaled[:, sh2], expected)
@@ -96,12 +117,13 @@ def _site_findings(
             "elements_touched": int(touched.sum()),
             "columns_touched": sorted({int(c) for c in np.nonzero(touched)[1]}),
         }
-    return at | found if found["problems"] else {}
+    return found if found["problems"] else None
 
 
 def check(run: AuditRun, mode: str) -> Verdict:
     sh2 = run.config.dims.SH2
-    checked, findings = [], []
+    checked: list[str] = []
+    findings: list[NotGated] = []
     for _, trace in gated_traces(run, mode):
         for step in steps(trace):
             alpha = alpha_at(trace, step)
@@ -110,7 +132,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
             checked.append(f"{trace.scenario}@{step}")
             for site in SITES:
                 found = _site_findings(trace, step, site, sh2, alpha)
-                if found:
+                if found is not None:
                     findings.append(found)
     evidence = {"gated_steps": checked}
     verdict = failed_at_sites(findings, **evidence)

@@ -142,8 +142,7 @@ def _dw_of_dir(x: Launch) -> Binding | None:
     if x.kind != "sgemm":
         return None
     for b in x.bindings:
-        on_scratch = b.role in ("A", "B") and b.region is not None
-        on_scratch = on_scratch and b.region.buffer == DIR_CONCAT
+        on_scratch = b.role in ("A", "B") and b.region is not None and b.region.buffer == DIR_CONCAT
         if on_scratch and contraction(b.role, x.args["transa"], x.args["transb"]) == "rows":
             return b
     return None

@@ -11,7 +11,7 @@ Three facts per call site and step of the mode's production trace:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -52,8 +52,9 @@ from egf_audit.runtime.contract import (
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Launch
+    from egf_audit.runtime.trace import Launch, Trace
 
 UNIT_ROUNDOFF = 2.0**-24  # fp32
 FP32_TINY = float(np.finfo(np.float32).tiny)
@@ -63,7 +64,7 @@ def concat_dx_buffer(d: int) -> str:
     return DIR_DX if d == 0 else f"sp14_d_b{d}_concat"
 
 
-def _first_backward_full_launch(trace, step: int, site: str):
+def _first_backward_full_launch(trace: Trace, step: int, site: str) -> Launch:
     """The first launch after the `{site}:before_backward_full` checkpoint: backward_full's
     first launch (the audit places that checkpoint immediately before the call)."""
     mark = trace.checkpoint(step, site_checkpoint(site, BEFORE_BACKWARD_FULL))
@@ -73,12 +74,12 @@ def _first_backward_full_launch(trace, step: int, site: str):
     raise Missing(f"nothing runs after {site_checkpoint(site, BEFORE_BACKWARD_FULL)} (step {step})")
 
 
-def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
+def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[str, object]]:
     first = _first_backward_full_launch(trace, step, site)
     last_write = next(
         (x for x in reversed(trace.launches[: first.index]) if x.writes_to("d_h_s2")), None
     )
-    out = []
+    out: list[dict[str, object]] = []
     if last_write is None or not _memsets_all(last_write, n):
         out.append(
             {
@@ -98,7 +99,7 @@ def _zeroing_failures(trace, step: int, site: str, n: int) -> list[dict]:
     return out
 
 
-def _memsets_all(launch, n: int) -> bool:
+def _memsets_all(launch: Launch, n: int) -> bool:
     """A memset of 0 over every one of the n elements of d_h_s2 (rebuild and capture alike)."""
     if launch.kind != "memset" or launch.args.get("value") != 0:
         return False
@@ -108,7 +109,18 @@ def _memsets_all(launch, n: int) -> bool:
     return dst is not None and bool(np.isin(np.arange(n), dst.flat_indices()).all())
 
 
-def _recompute(run, trace, step: int, site: str) -> dict:
+class TrunkEntry(TypedDict):
+    """d_h_s2 at one site's trunk entry against its float64 recomputation."""
+
+    step: int
+    site: str
+    elements_over: int  # elements whose error exceeds the bound
+    max_abs_err: float
+    max_abs_ref: float
+    max_err_over_bound: float
+
+
+def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> TrunkEntry:
     """|d_h_s2 - ref| against the bound gamma_N * M, elementwise, where M sums the magnitudes of
     every term and N is twice the number of terms an element sums (VALH products, one column
     per branch, AUXK products). gamma_N = N u / (1 - N u) bounds the error of ANY fp32
@@ -156,19 +168,24 @@ def _recompute(run, trace, step: int, site: str) -> dict:
     }
 
 
-MEASURED = ("max_err_over_bound", "max_abs_err", "max_abs_ref")
+Measured = Literal["max_err_over_bound", "max_abs_err", "max_abs_ref"]
+MEASURED: tuple[Measured, ...] = ("max_err_over_bound", "max_abs_err", "max_abs_ref")
 
 
-def _json(result: dict) -> dict:
-    return {k: json_float(v) if k in MEASURED else v for k, v in result.items()}
+def _json(result: TrunkEntry) -> dict[str, object]:
+    """The entry as evidence: its measured floats strict JSON (NaN and Inf by name)."""
+    out: dict[str, object] = dict(result)
+    for k in MEASURED:
+        out[k] = json_float(result[k])
+    return out
 
 
-def _matrix(trace, step: int, point: str, buffer: str) -> np.ndarray:
+def _matrix(trace: Trace, step: int, point: str, buffer: str) -> np.ndarray:
     return trace.tensor(trace.buffer_snapshot(step, point, buffer), buffer).astype(np.float64)
 
 
-def _wire_column_reads(trace, step: int, sh2: int) -> list[dict]:
-    out = []
+def _wire_column_reads(trace: Trace, step: int, sh2: int) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
     for x in in_step(trace, step):
         if x.kind != "kernel" or x.name != ACCUMULATE_KERNEL:
             continue
@@ -187,11 +204,11 @@ def _wire_column_reads(trace, step: int, sh2: int) -> list[dict]:
     return out
 
 
-def check(run, mode: str) -> Verdict:
+def check(run: AuditRun, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims
-    failures: list[dict] = []
-    errors = []
+    failures: list[dict[str, object]] = []
+    errors: list[TrunkEntry] = []
     accumulates = 0
     for step in steps(trace):
         for site in SITES:
@@ -204,7 +221,7 @@ def check(run, mode: str) -> Verdict:
         accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE_KERNEL)
 
     pairs = len(errors)
-    evidence = {
+    evidence: dict[str, object] = {
         **listed(failures),
         **{k: json_float(max(e[k] for e in errors)) for k in MEASURED},
         "accumulate_launches": accumulates,

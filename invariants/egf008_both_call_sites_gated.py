@@ -9,7 +9,8 @@ attribute them to a site.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Required, TypedDict
 
 from egf_audit.invariants.capture_common import (
     dims_of,
@@ -18,7 +19,14 @@ from egf_audit.invariants.capture_common import (
     site_launches,
     site_name,
 )
-from egf_audit.invariants.common import describe, in_step, listed, production, steps
+from egf_audit.invariants.common import (
+    RegionFacts,
+    describe,
+    in_step,
+    listed,
+    production,
+    steps,
+)
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
@@ -30,10 +38,42 @@ from egf_audit.runtime.contract import (
 )
 
 if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.trace import Launch, Trace
 
 
-def _dir_dx_sgemm(launches):
+class SiteAt(TypedDict):
+    step: int
+    site: str  # "cql", "main"
+
+
+class Gated(SiteAt):
+    scale: str  # the label of the scale launch that gates the site
+
+
+class ScaleFacts(TypedDict):
+    """One scale launch of an ungated site: when it ran and why it does not gate the wire."""
+
+    label: str
+    when: str  # "before the dX SGEMM", "between", "after the first accumulate"
+    dx_concat: RegionFacts | None
+    isv: RegionFacts | None
+    problems: list[str]
+
+
+class NotGated(SiteAt, total=False):
+    """A call site that is not gated: `kind` says how, the other keys what was found."""
+
+    kind: Required[str]  # "no-dir-dx-sgemm", "no-dir-accumulate", "wire-overwritten", ...
+    scale: str
+    overwritten_by: list[str]
+    dx_sgemm: str
+    first_accumulate: str | None
+    scale_launches: list[ScaleFacts]
+
+
+def _dir_dx_sgemm(launches: Sequence[Launch]) -> Launch | None:
     for x in launches:
         c = x.binding("C", required=False)
         if x.kind == "sgemm" and c and c.writes and c.region and c.region.buffer == DIR_DX:
@@ -41,11 +81,11 @@ def _dir_dx_sgemm(launches):
     return None
 
 
-def _reads_dir_dx(x) -> bool:
+def _reads_dir_dx(x: Launch) -> bool:
     return any(b.reads and b.region and b.region.buffer == DIR_DX for b in x.bindings)
 
 
-def scale_problems(x, rows: int, sh2: int) -> list[str]:
+def scale_problems(x: Launch, rows: int, sh2: int) -> list[str]:
     """Why a scale launch does not gate the wire: every argument that decides where it reads
     and writes, held to the contract (dx_concat is the start of sp14_d_dir_qaux_concat, rows =
     B, ld = SH2 + 1, wire_col = SH2; isv is the start of isv_signals, isv_index = 393), read
@@ -87,7 +127,9 @@ def scale_problems(x, rows: int, sh2: int) -> list[str]:
     return problems
 
 
-def _scale_facts(x, dx_index: int, acc_index: int | None, rows: int, sh2: int) -> dict:
+def _scale_facts(
+    x: Launch, dx_index: int, acc_index: int | None, rows: int, sh2: int
+) -> ScaleFacts:
     if x.index < dx_index:
         when = "before the dX SGEMM"
     elif acc_index is not None and x.index > acc_index:
@@ -104,7 +146,9 @@ def _scale_facts(x, dx_index: int, acc_index: int | None, rows: int, sh2: int) -
     }
 
 
-def site_failure(launches, rows: int, sh2: int, where: dict) -> tuple[dict | None, str]:
+def site_failure(
+    launches: Sequence[Launch], rows: int, sh2: int, where: SiteAt
+) -> tuple[NotGated | None, str]:
     """(failure or None, label of the gating scale launch) of one call site's launches, in
     order: its d = 0 dX SGEMM, then a scale that gates the wire, then the first accumulate that
     reads the dX, with nothing but that scale writing (or, for a kernel egf-audit does not
@@ -112,7 +156,12 @@ def site_failure(launches, rows: int, sh2: int, where: dict) -> tuple[dict | Non
     both judge a site with this."""
     dx = _dir_dx_sgemm(launches)
     if dx is None:
-        return {"kind": "no-dir-dx-sgemm", **where}, ""
+        failure: NotGated = {
+            "kind": "no-dir-dx-sgemm",
+            "step": where["step"],
+            "site": where["site"],
+        }
+        return failure, ""
     acc = next(
         (
             x
@@ -127,38 +176,51 @@ def site_failure(launches, rows: int, sh2: int, where: dict) -> tuple[dict | Non
             if scale_problems(x, rows, sh2):
                 continue
             if acc is None:
-                return {"kind": "no-dir-accumulate", **where, "scale": x.label}, x.label
+                failure = {
+                    "kind": "no-dir-accumulate",
+                    "step": where["step"],
+                    "site": where["site"],
+                    "scale": x.label,
+                }
+                return failure, x.label
             overwrites = [
                 y.label for y in launches if x.index < y.index < acc.index and may_write(y, DIR_DX)
             ]
             if overwrites:
-                return {
+                failure = {
                     "kind": "wire-overwritten",
-                    **where,
+                    "step": where["step"],
+                    "site": where["site"],
                     "scale": x.label,
                     "overwritten_by": overwrites,
-                }, ""
+                }
+                return failure, ""
             return None, x.label
-    return {
+    failure = {
         "kind": "site-ungated",
-        **where,
+        "step": where["step"],
+        "site": where["site"],
         "dx_sgemm": dx.label,
         "first_accumulate": acc.label if acc else None,
         "scale_launches": [
             _scale_facts(x, dx.index, acc.index if acc else None, rows, sh2) for x in scales
         ],
-    }, ""
+    }
+    return failure, ""
 
 
-def _site_failure(trace, step: int, site: str, rows: int, sh2: int) -> tuple[dict | None, str]:
+def _site_failure(
+    trace: Trace, step: int, site: str, rows: int, sh2: int
+) -> tuple[NotGated | None, str]:
     launches = [x for x in in_step(trace, step) if x.site == site]
     return site_failure(launches, rows, sh2, {"step": step, "site": site})
 
 
-def check(run, mode: str) -> Verdict:
+def check(run: AuditRun, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims
-    failures, gated = [], []
+    failures: list[NotGated] = []
+    gated: list[Gated] = []
     for step in steps(trace):
         for site in SITES:
             failure, label = _site_failure(trace, step, site, dims.B, dims.SH2)
@@ -182,7 +244,7 @@ def check(run, mode: str) -> Verdict:
     )
 
 
-def _words(failure: dict) -> str:
+def _words(failure: NotGated) -> str:
     kind = failure["kind"]
     if kind == "no-dir-dx-sgemm":
         return f"no d = 0 dX GEMM writes {DIR_DX}"
@@ -206,15 +268,16 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         return undecided(f"no {ACCUMULATE_KERNEL} and no {SCALE_KERNEL} launch: no call site")
     d = dims_of(ct)
     problems = site_count_problems(ct)
-    failures, gated = [], []
+    failures: list[NotGated] = []
+    gated: list[Gated] = []
     for site in ct.sites:
-        where = {"step": site.step, "site": site.name}
+        where: SiteAt = {"step": site.step, "site": site.name}
         failure, label = site_failure(site_launches(ct, site), d.B, d.SH2, where)
         if failure:
             failures.append(failure)
             problems.append(f"{site_name(site)}: {_words(failure)}")
         else:
-            gated.append(where | {"scale": label})
+            gated.append({**where, "scale": label})
     if problems:
         return failed_with(problems, **listed(failures), gated=gated)
     return passed(

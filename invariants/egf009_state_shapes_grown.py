@@ -9,8 +9,24 @@ and every spectral-norm launch that touches u or v covers the whole vector.
 
 from __future__ import annotations
 
-from egf_audit.invariants.common import describe, in_step, listed, production, size, steps
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from egf_audit.invariants.common import (
+    describe,
+    in_step,
+    kinds,
+    listed,
+    production,
+    size,
+    steps,
+)
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.runtime.trace import tensor_table
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Binding, BufferLayout, Launch
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
 SN_PREFIX = "spectral_norm:"
@@ -24,17 +40,19 @@ SN_VECTORS = (
 )
 
 
-def _layout_failures(layout: dict, adv: int, width: int) -> list[dict]:
+def _layout_failures(
+    layout: Mapping[str, BufferLayout], adv: int, width: int
+) -> list[dict[str, object]]:
     """Offset tables and vector lengths; `width` is SH2 + 1."""
-    out = []
-    params = layout.get("params", {}).get("tensors", {})
+    out: list[dict[str, object]] = []
+    params = tensor_table(layout, "params")
     shape = params.get("w_b0fc", [None])[1:]
     if shape != [adv, width]:
         out.append({"kind": "w_b0fc-shape", "shape": shape, "expected": [adv, width]})
     for state in ("adam_m", "adam_v"):
         # one failure per table, naming the first tensor that differs: the ones after it
         # usually differ only because that one shifted them
-        table = layout.get(state, {}).get("tensors", {})
+        table = tensor_table(layout, state)
         names = [*params, *(n for n in table if n not in params)]
         differ = [n for n in names if table.get(n) != params.get(n)]
         if differ:
@@ -49,7 +67,7 @@ def _layout_failures(layout: dict, adv: int, width: int) -> list[dict]:
                 }
             )
     for buffer, name, spans in SN_VECTORS:
-        spec = layout.get(buffer, {}).get("tensors", {}).get(name)
+        spec = tensor_table(layout, buffer).get(name)
         length = spec[1] * spec[2] if spec else None
         expected = width if spans == "cols" else adv
         if length != expected:
@@ -65,11 +83,14 @@ def _layout_failures(layout: dict, adv: int, width: int) -> list[dict]:
     return out
 
 
-def _adam_failure(x, params: dict) -> tuple[dict | None, str | None]:
+def _adam_failure(
+    x: Launch, params: dict[str, list[int]]
+) -> tuple[dict[str, object] | None, str | None]:
     """(failure or None, the parameter tensor updated) of one adam_update launch."""
     bound = {role: x.binding(role, required=False) for role in ADAM_ROLES}
-    name = bound["param"].tensor if bound["param"] else None
-    spec = params.get(name)
+    param = bound["param"]
+    name = param.tensor if param else None
+    spec = params.get(name) if name is not None else None
     expected = spec[1] * spec[2] if spec else None
     if expected is not None and all(
         _slice_ok(bound[role], buffer, name, expected) for role, buffer in ADAM_ROLES.items()
@@ -79,7 +100,7 @@ def _adam_failure(x, params: dict) -> tuple[dict | None, str | None]:
         role: {"tensor": b.tensor, **(describe(b.region) or {})} if b else None
         for role, b in bound.items()
     }
-    failure = {
+    failure: dict[str, object] = {
         "kind": "adam-slice",
         "step": x.step,
         "label": x.label,
@@ -90,7 +111,7 @@ def _adam_failure(x, params: dict) -> tuple[dict | None, str | None]:
     return failure, name
 
 
-def _slice_ok(b, buffer: str, name: str, expected: int) -> bool:
+def _slice_ok(b: Binding | None, buffer: str, name: str | None, expected: int) -> bool:
     """On `buffer`, starting at the first element of the tensor `name`, `expected` long."""
     return (
         b is not None
@@ -103,8 +124,8 @@ def _slice_ok(b, buffer: str, name: str, expected: int) -> bool:
     )
 
 
-def _sn_failures(x, adv: int, width: int) -> list[dict]:
-    out = []
+def _sn_failures(x: Launch, adv: int, width: int) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
     for b in x.bindings:
         if b.region is None:
             continue
@@ -126,18 +147,18 @@ def _sn_failures(x, adv: int, width: int) -> list[dict]:
     return out
 
 
-def _touches_v(x) -> bool:
+def _touches_v(x: Launch) -> bool:
     return any(
         b.region and (b.region.buffer == "sn_scratch_v" or b.tensor == "v_b0fc") for b in x.bindings
     )
 
 
-def check(run, mode: str) -> Verdict:
+def check(run: AuditRun, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims
     adv, width = dims.ADV, dims.SH2 + 1
     layout = trace.layout
-    params = layout.get("params", {}).get("tensors", {})
+    params = tensor_table(layout, "params")
     failures = _layout_failures(layout, adv, width)
     adam_launches = sn_launches = 0
     for step in steps(trace):
@@ -163,14 +184,13 @@ def check(run, mode: str) -> Verdict:
     evidence = {
         **listed(failures),
         "w_b0fc": params.get("w_b0fc"),
-        "v_b0fc": layout.get("sn_state", {}).get("tensors", {}).get("v_b0fc"),
+        "v_b0fc": tensor_table(layout, "sn_state").get("v_b0fc"),
         "adam_launches": adam_launches,
         "spectral_norm_launches": sn_launches,
     }
     if failures:
-        kinds = sorted({f["kind"] for f in failures})
         return failed(
-            f"{len(failures)} state-shape violation(s): {', '.join(kinds)}",
+            f"{len(failures)} state-shape violation(s): {', '.join(kinds(failures))}",
             **evidence,
         )
     return passed(

@@ -4,13 +4,14 @@ float64 torch-autograd model of the step (egf_audit.oracle)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
-from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, compare_step
+from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, TensorCheck, compare_step
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.trace import Trace
 
 # The replays the oracle models as they are: the gate forced to 0.37 and to 1. The skip-scale
 # replay removes the gate on purpose and the nonfinite replay injects dX values no model
@@ -19,13 +20,37 @@ ORACLE_REPLAYS = ("/alpha=0.37", "/alpha=1")
 MAX_LISTED = 6  # failing tensors / layers named in the summary
 
 
+class TensorFacts(TypedDict):
+    """One tensor compared with the float64 model (the worst one, or one that disagrees)."""
+
+    tensor: str  # "grad w_b0fc"
+    max_err: float | str
+    tol: float | str
+    max_ref: NotRequired[float | str]
+    note: NotRequired[str]  # why it could not be compared in full
+
+
+class StepAgreement(TypedDict):
+    """One step's comparison with the float64 model."""
+
+    decisions: int
+    near_ties: int
+    near_tie_flips: int
+    mismatches: int
+    worst: NotRequired[TensorFacts]
+    problems: NotRequired[list[str]]
+    failing: NotRequired[list[TensorFacts]]
+    mismatched_decisions: NotRequired[dict[str, int]]
+
+
 def _number(x: float) -> float | str:
     """A JSON-safe, readable measured value."""
     return float(f"{x:.4g}") if math.isfinite(x) else str(x)
 
 
-def _traces(run: AuditRun, mode: str) -> tuple[list, list[str]]:
-    traces, problems = [], []
+def _traces(run: AuditRun, mode: str) -> tuple[list[Trace], list[str]]:
+    traces: list[Trace] = []
+    problems: list[str] = []
     if mode not in run.traces:
         problems.append(f"no production trace for mode {mode}")
     else:
@@ -40,9 +65,21 @@ def _traces(run: AuditRun, mode: str) -> tuple[list, list[str]]:
     return traces, problems
 
 
-def _step_evidence(report: OracleReport) -> dict:
+def _failing(t: TensorCheck) -> TensorFacts:
+    facts: TensorFacts = {
+        "tensor": f"{t.kind} {t.name}",
+        "max_err": _number(t.max_err),
+        "tol": _number(t.tol),
+        "max_ref": _number(t.max_ref),
+    }
+    if t.note:
+        facts["note"] = t.note
+    return facts
+
+
+def _step_evidence(report: OracleReport) -> StepAgreement:
     worst = report.worst()
-    out = {
+    out: StepAgreement = {
         "decisions": report.total("total"),
         "near_ties": report.total("near_ties"),
         "near_tie_flips": report.total("flips_in_band"),
@@ -58,16 +95,7 @@ def _step_evidence(report: OracleReport) -> dict:
         out["problems"] = report.problems
     failing = report.failing_tensors
     if failing:
-        out["failing"] = [
-            {
-                "tensor": f"{t.kind} {t.name}",
-                "max_err": _number(t.max_err),
-                "tol": _number(t.tol),
-                "max_ref": _number(t.max_ref),
-                **({"note": t.note} if t.note else {}),
-            }
-            for t in failing
-        ]
+        out["failing"] = [_failing(t) for t in failing]
     if report.mismatched_layers:
         out["mismatched_decisions"] = {d.layer: d.mismatches for d in report.mismatched_layers}
     return out
@@ -82,7 +110,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
             problems.append(f"{trace.scenario} recorded no training step")
         reports += [compare_step(trace, step, run.config) for step in steps]
 
-    evidence: dict = {
+    evidence: dict[str, object] = {
         "tolerance": (
             f"max|err| <= {ABS_TOL:g} + {REL_TOL:g} * max|ref| per tensor "
             f"(Adam v: {ABS_TOL**2:g} + {REL_TOL:g} * max|ref|)"

@@ -12,7 +12,7 @@ backward_full on the same dQ writes it (`wrapper:full`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -38,9 +38,37 @@ from egf_audit.runtime.contract import (
 from egf_audit.runtime.trace import Binding, Launch, Missing
 
 if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.trace import Trace
 
 GROWN = "w_b0fc"  # the weight B.8 grew to [ADV, SH2 + 1]
+
+
+class Reached(TypedDict):
+    """A production or replay trace whose SGEMMs take the K = SH2 path."""
+
+    kind: str
+    scenario: str
+    launches: int
+    sites: list[str]
+    first: str
+    first_operand: str
+    columns: int
+
+
+class Residual(TypedDict):
+    """What the wrapper does in the diagnostic scenario (the documented residual)."""
+
+    dw_label: str
+    dw_columns_written: int
+    w_b0fc_cols: int | None
+    dx_label: str | None
+    dx_columns_read: int | None
+    dx_writes: str | None
+    wire_col_nonzero_after_wrapper: int
+    wire_col_nonzero_after_full: int
+    wire_col_rows: int
 
 
 def short_operands(x: Launch, sh2: int) -> list[Binding]:
@@ -59,18 +87,19 @@ def short_operands(x: Launch, sh2: int) -> list[Binding]:
     ]
 
 
-def _reached(run, mode: str) -> tuple[list[dict], int]:
+def _reached(run: AuditRun, mode: str) -> tuple[list[Reached], int]:
     """(K = SH2 SGEMMs per production/replay trace, traces searched)."""
     audited = mode_traces(run, mode)
     if not audited:
         raise Missing(f"no production or replay trace for mode {mode}")
     sh2 = run.config.dims.SH2
-    out = []
+    out: list[Reached] = []
     for sc, trace in audited:
-        hits = [(x, short_operands(x, sh2)) for x in trace.sgemms()]
-        hits = [(x, ops) for x, ops in hits if ops]
+        hits = [(x, ops) for x in trace.sgemms() if (ops := short_operands(x, sh2))]
         if hits:
             first, ops = hits[0]
+            region = ops[0].region
+            assert region is not None  # short_operands keeps operands with a region only
             out.append(
                 {
                     "kind": "k-sh2-gemm",
@@ -78,14 +107,14 @@ def _reached(run, mode: str) -> tuple[list[dict], int]:
                     "launches": len(hits),
                     "sites": sorted({x.site for x, _ in hits if x.site}),
                     "first": first.label,
-                    "first_operand": f"{ops[0].role}: {ops[0].region.buffer} {ops[0].tensor}",
-                    "columns": ops[0].region.width,
+                    "first_operand": f"{ops[0].role}: {region.buffer} {ops[0].tensor}",
+                    "columns": region.width,
                 }
             )
     return out, len(audited)
 
 
-def _wrapper_call(trace) -> list[Launch]:
+def _wrapper_call(trace: Trace) -> list[Launch]:
     """The SGEMMs of the wrapper's call in the diagnostic (between its two checkpoints)."""
     marks = [x.step for x in trace.launches if x.kind == "checkpoint" and x.name == WRAPPER_BEFORE]
     if not marks:
@@ -101,19 +130,20 @@ def _writes_grown_grad(x: Launch) -> Binding | None:
     return None
 
 
-def _residual(run) -> dict:
+def _residual(run: AuditRun) -> Residual:
     trace = only_trace(run, "diagnostic", WRAPPER_SCENARIO)
     wire = run.config.dims.SH2
     call = _wrapper_call(trace)
-    dw = next(((x, c) for x in call if (c := _writes_grown_grad(x))), None)
-    if dw is None:
+    written = next(((x, c) for x in call if (c := _writes_grown_grad(x))), None)
+    if written is None:
         raise Missing(
             f"no SGEMM of the wrapper's call writes grad_buf w_b0fc in {WRAPPER_SCENARIO}"
         )
-    dw, c = dw
-    dx = next(
+    dw, c = written
+    assert c.region is not None  # _writes_grown_grad keeps a C with a region only
+    read = next(
         (
-            x
+            (x, a.region)
             for x in call
             if (a := x.binding("A", required=False))
             and a.region
@@ -122,6 +152,7 @@ def _residual(run) -> dict:
         ),
         None,
     )
+    dx, dx_a = read if read is not None else (None, None)
     step = dw.step
     after = trace.snapshot(step, WRAPPER_AFTER, "grad_buf", GROWN)
     full = trace.snapshot(step, WRAPPER_FULL, "grad_buf", GROWN)
@@ -133,7 +164,7 @@ def _residual(run) -> dict:
         "dw_columns_written": c.region.width,
         "w_b0fc_cols": c.tensor_shape[2] if c.tensor_shape else None,
         "dx_label": dx.label if dx else None,
-        "dx_columns_read": dx.binding("A").region.width if dx else None,
+        "dx_columns_read": dx_a.width if dx_a else None,
         "dx_writes": dx_c.region.buffer if dx_c is not None and dx_c.region else None,
         "wire_col_nonzero_after_wrapper": int(np.count_nonzero(after[:, wire])),
         "wire_col_nonzero_after_full": int(np.count_nonzero(full[:, wire])),
@@ -141,7 +172,7 @@ def _residual(run) -> dict:
     }
 
 
-def check(run, mode: str) -> Verdict:
+def check(run: AuditRun, mode: str) -> Verdict:
     reached, searched = _reached(run, mode)
     if reached:
         sites = sorted({s for r in reached for s in r["sites"]})
@@ -171,7 +202,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     sh2 = ct.dim("SH2")
     if sh2 is None:
         return undecided("no sp14_dir_concat_qaux launch and no layout dims: SH2 unknown")
-    hits = []
+    hits: list[dict[str, object]] = []
     for x in ct.trace.sgemms():
         short = [b.role for b in short_operands(x, sh2)]
         unnamed = [b for b in x.bindings if b.region is None]

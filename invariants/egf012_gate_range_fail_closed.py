@@ -12,13 +12,14 @@ probe with a non-finite input or previous gate gives exactly +0.0.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from egf_audit.invariants.capture_common import named, scale_views
 from egf_audit.invariants.common import (
     in_step,
     is_plus_zero,
     json_float,
+    kinds,
     listed,
     only_trace,
     production,
@@ -38,12 +39,23 @@ from egf_audit.runtime.contract import (
 )
 
 if TYPE_CHECKING:
+    from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.trace import Launch, Trace
 
 NONFINITE_INPUTS = ("nan", "inf")
 
 
-def alpha(trace, step: int, point: str) -> float:
+class Probe(TypedDict):
+    """One gate-producer probe: its inputs as recorded and the gate it gave."""
+
+    input: object  # the probe's softmax kind ("nan", "inf", ...)
+    previous: object  # the gate before it
+    alpha: float | str
+    nonfinite: bool  # a non-finite input or previous gate: the gate must close
+
+
+def alpha(trace: Trace, step: int, point: str) -> float:
     values = trace.buffer_snapshot(step, point, ISV)
     if values.size <= ALPHA_GRAD_SMOOTHED_INDEX:
         return float("nan")  # a truncated ISV reads as no gate at all
@@ -54,13 +66,14 @@ def in_unit_range(value: float) -> bool:
     return math.isfinite(value) and 0.0 <= value <= 1.0
 
 
-def _writes_gate(x) -> bool:
+def _writes_gate(x: Launch) -> bool:
     return writes_element(x, ISV, ALPHA_GRAD_SMOOTHED_INDEX)
 
 
-def _sentinel_failures(run) -> tuple[list[dict], int]:
+def _sentinel_failures(run: AuditRun) -> tuple[list[dict[str, object]], int]:
     """(failures, traces searched): nothing but the audit writes ISV[393] in sentinel mode."""
-    out, searched = [], 0
+    out: list[dict[str, object]] = []
+    searched = 0
     for sc, trace in run.for_mode("sentinel"):
         searched += 1
         for x in trace.launches:
@@ -85,9 +98,10 @@ def _sentinel_failures(run) -> tuple[list[dict], int]:
     return out, searched
 
 
-def _step_failures(trace, mode: str) -> tuple[list[dict], list]:
+def _step_failures(trace: Trace, mode: str) -> tuple[list[dict[str, object]], list[float | str]]:
     """(failures, ISV[393] after the losses per step) of the production trace."""
-    out, values = [], []
+    out: list[dict[str, object]] = []
+    values: list[float | str] = []
     for step in steps(trace):
         value = alpha(trace, step, AFTER_LOSSES)
         values.append(json_float(value))
@@ -101,7 +115,7 @@ def _step_failures(trace, mode: str) -> tuple[list[dict], list]:
     return out, values
 
 
-def _produced(trace, step: int) -> bool:
+def _produced(trace: Trace, step: int) -> bool:
     """A launch of the trainer (not an upload) writes ISV[393] before after_losses."""
     end = trace.checkpoint(step, AFTER_LOSSES).index
     return any(
@@ -109,9 +123,10 @@ def _produced(trace, step: int) -> bool:
     )
 
 
-def _probe_failures(run) -> tuple[list[dict], dict]:
+def _probe_failures(run: AuditRun) -> tuple[list[dict[str, object]], dict[str, Probe]]:
     trace = only_trace(run, "probe", GATE_PROBE_SCENARIO)
-    out, probes = [], {}
+    out: list[dict[str, object]] = []
+    probes: dict[str, Probe] = {}
     start = alpha(trace, 0, f"{GATE_PROBE_PREFIX}start")
     if not is_plus_zero(start):
         out.append({"kind": "probe-start-nonzero", "alpha": json_float(start)})
@@ -144,9 +159,9 @@ def _probe_failures(run) -> tuple[list[dict], dict]:
     return out, probes
 
 
-def check(run, mode: str) -> Verdict:
+def check(run: AuditRun, mode: str) -> Verdict:
     trace = production(run, mode)
-    failures = []
+    failures: list[dict[str, object]] = []
     start = alpha(trace, steps(trace)[0], STEP_START)
     if not is_plus_zero(start):
         failures.append({"kind": "gate-not-zero-at-start", "alpha": json_float(start)})
@@ -166,8 +181,8 @@ def check(run, mode: str) -> Verdict:
         "probes": probes,
     }
     if failures:
-        kinds = sorted({f["kind"] for f in failures})
-        return failed(f"{len(failures)} gate violation(s): {', '.join(kinds)}", **evidence)
+        found_kinds = ", ".join(kinds(failures))
+        return failed(f"{len(failures)} gate violation(s): {found_kinds}", **evidence)
     closed = sum(1 for p in probes.values() if p["nonfinite"])
     per_mode = (
         f"nothing but the audit writes ISV[393] in {searched} sentinel traces and it is +0.0 "

@@ -3,12 +3,13 @@ what it declares, and no launch crashed, exited or hung the process that ran it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.effects import Effects
     from egf_audit.runtime.trace import Launch, Trace
 
 MAX_LISTED = 20  # findings listed in the evidence; the summary counts them all
@@ -24,10 +25,9 @@ def _what(x: Launch) -> str:
     return f"{x.name}" if x.kind == "kernel" else f"{x.kind} {x.name}"
 
 
-def _findings(trace: Trace, x: Launch) -> list[dict[str, Any]]:
-    e = x.effects
+def _findings(trace: Trace, x: Launch, e: Effects) -> list[dict[str, object]]:
     where = {"scenario": trace.scenario, "launch": x.index, "label": x.label, "kernel": _what(x)}
-    out = []
+    out: list[dict[str, object]] = []
     if e.failure:
         out.append({**where, "problem": f"the launch {e.failure}"})
     if e.not_run:
@@ -61,7 +61,7 @@ def _findings(trace: Trace, x: Launch) -> list[dict[str, Any]]:
 
 
 def check(run: AuditRun, mode: str) -> Verdict:
-    findings: list[dict[str, Any]] = []
+    findings: list[dict[str, object]] = []
     unobserved: list[str] = []
     observed = 0
     traces = _traces(run, mode)
@@ -73,7 +73,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 unobserved.append(f"{trace.scenario} #{x.index} {x.label}")
                 continue
             observed += 1
-            findings += _findings(trace, x)
+            findings += _findings(trace, x, x.effects)
     if findings:
         first = findings[0]
         return failed(

@@ -11,9 +11,9 @@ show what the invariant needs, `capture_undecidable` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from egf_audit.runtime.trace import Missing
 
@@ -32,7 +32,10 @@ class Verdict:
     """`summary` is printed outside the document's environment block, so it must be the same
     on every backend: counts, shapes, labels and bitwise facts, never a measured float.
     Measured values (max errors, ulps, magnitudes) go into `evidence`, which the document
-    prints inside the environment block and `--json` exports whole."""
+    prints inside the environment block and `--json` exports whole. Where another module reads
+    a key of the evidence, the check declares that part as a TypedDict beside itself and builds
+    it through that type (`SiteFinding` below, EGF001's `OffendingLaunches`), so a key renamed
+    on either side is a type error."""
 
     status: str  # PASS, FAIL, WARN (EGF011 only) or UNDECIDED (a capture only)
     summary: str  # one line, device-independent (see above)
@@ -97,7 +100,17 @@ def failed(summary: str, **evidence: Any) -> Verdict:
     return Verdict(FAIL, summary, evidence)
 
 
-def failed_at_sites(findings: list[dict[str, Any]], **evidence: Any) -> Verdict | None:
+class SiteFinding(TypedDict):
+    """What a per-site check (EGF003, EGF004) found wrong at one call site of one step: where,
+    and its problems in words. Each check's finding adds its measurements to these keys."""
+
+    scenario: str
+    step: int
+    site: str
+    problems: list[str]
+
+
+def failed_at_sites(findings: Sequence[SiteFinding], **evidence: Any) -> Verdict | None:
     """The verdict of a per-site check (EGF003, EGF004) that found sites failing; None when it
     found none. Each finding names its scenario, step, site and problems."""
     if not findings:

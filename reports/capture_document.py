@@ -8,7 +8,13 @@ every summary that may quote one) is escaped (`markdown.text`): a layout file is
 from __future__ import annotations
 
 from egf_audit.reports.markdown import table, text
-from egf_audit.reports.model import STATUS_LABEL, CaptureReport, Gate, verdict_line
+from egf_audit.reports.model import (
+    STATUS_LABEL,
+    CaptureReport,
+    CaptureSection,
+    Gate,
+    verdict_line,
+)
 
 MAX_GEMMS_LISTED = 40
 
@@ -50,7 +56,7 @@ def render_capture_document(report: CaptureReport) -> str:
     return "\n".join(lines)
 
 
-def _section(report: CaptureReport, section: dict) -> list[str]:
+def _section(report: CaptureReport, section: CaptureSection) -> list[str]:
     name = section["section"]
     layout = "the trainer's layout file" if section["layout"] == "file" else "inference"
     lines = [

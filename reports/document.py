@@ -20,7 +20,7 @@ from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
 from egf_audit.reports.timeline import SITE_TITLES, STEPS, site_timeline
 from egf_audit.reports.wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
-from egf_audit.runtime.trace import Trace
+from egf_audit.runtime.trace import Launch, Trace
 
 ENV_PLACEHOLDER = "(environment block: ignored by --check)"
 TITLE = "# SP14 DQN wire-up audit"
@@ -186,7 +186,7 @@ def _sgemms(report: AuditReport) -> list[str]:
     ]
 
 
-def _bound(x, role: str, trace: Trace) -> str:
+def _bound(x: Launch, role: str, trace: Trace) -> str:
     try:
         return operand(x.binding(role), trace.layout)
     except KeyError:

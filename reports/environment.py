@@ -5,6 +5,7 @@ everything between ENV_BEGIN and ENV_END, so a document made on a GPU is current
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from egf_audit.reports.bindings import number
 from egf_audit.reports.json_report import jsonable
@@ -73,12 +74,12 @@ def _witness(report: AuditReport) -> list[str]:
     return lines
 
 
-def _evidence(evidence: dict, limit: int = EVIDENCE_CHARS) -> str:
+def _evidence(evidence: Mapping[str, object], limit: int = EVIDENCE_CHARS) -> str:
     text = json.dumps(jsonable(evidence), sort_keys=True)
     return text if len(text) <= limit else text[:limit] + " ... (whole in --json)"
 
 
-def _flatten(value: dict, prefix: str = "") -> list[tuple[str, object]]:
+def _flatten(value: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
     for key, item in value.items():
         name = f"{prefix}{key}"

@@ -13,6 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.reports.json_report import jsonable
@@ -20,6 +21,12 @@ from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, CaptureReport, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
 
+if TYPE_CHECKING:
+    from egf_audit.invariants import Result
+
+# the versions the step summary names, where the run info holds them
+Version = Literal["python", "numpy", "torch", "cupy"]
+VERSIONS: tuple[Version, ...] = ("python", "numpy", "torch", "cupy")
 STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
 # The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
 KERNEL_JUDGED_BY = {
@@ -59,7 +66,7 @@ def entry_line(text: str, name: str) -> int:
     return text.count("\n", 0, m.end()) + 1 if m else 1
 
 
-def kernel_location(gate: Gate, result) -> tuple[str, int] | None:
+def kernel_location(gate: Gate, result: Result) -> tuple[str, int] | None:
     """(file, line) of the trainer's kernel a failed verdict involves, under --kernels only: a
     bundled kernel is no file of the pull request."""
     kernels = gate.report.kernels
@@ -78,7 +85,7 @@ def kernel_location(gate: Gate, result) -> tuple[str, int] | None:
     return source.path, entry_line(source.text, source.spec.name)
 
 
-def annotations(gate: Gate) -> list[str]:
+def annotation_commands(gate: Gate) -> list[str]:
     """One ::error per failed verdict, one ::notice per invariant that warned (however many
     modes), one ::error on the document when it is stale."""
     report = gate.report
@@ -94,7 +101,7 @@ def annotations(gate: Gate) -> list[str]:
         lines.append(command("error", text, title=r.code, file=file, line=line))
     for problem in report.problems():
         lines.append(command("error", problem, title="egf-audit --capture"))
-    warned: dict[str, list] = {}
+    warned: dict[str, list[Result]] = {}
     for r in report.results:
         if r.verdict.status == WARN:
             warned.setdefault(r.code, []).append(r)
@@ -132,8 +139,7 @@ def step_summary(gate: Gate) -> str:
         ]
         for inv in report.invariants
     ]
-    capture = isinstance(report, CaptureReport)
-    wires = [] if capture else wire_status(report)
+    wires = [] if isinstance(report, CaptureReport) else wire_status(report)
     wire_rows = [[w.wire, ROW_STATUS[w.status], ", ".join(w.codes)] for w in wires]
     lines = [f"## egf-audit: {gate.line()}", ""]
     lines += [f"- {reason}" for reason in gate.reasons()]
@@ -146,9 +152,7 @@ def step_summary(gate: Gate) -> str:
         lines += ["", *table(["wire", "status", "proved by"], wire_rows)]
     info = report.run_info
     if info:
-        versions = ", ".join(
-            f"{k} {info[k]}" for k in ("python", "numpy", "torch", "cupy") if k in info
-        )
+        versions = ", ".join(f"{k} {info[k]}" for k in VERSIONS if k in info)
         total = sum(info.get("timings_s", {}).values())
         lines += [
             "",

@@ -7,7 +7,7 @@ same on every backend; the renderers keep the two apart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED, WARN
 
@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from egf_audit.invariants import Result
     from egf_audit.invariants.registry import Invariant
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import NamedBuffer
     from egf_audit.runtime.config_view import ConfigView
+    from egf_audit.runtime.cublas_witness import WitnessDict
     from egf_audit.runtime.kernel_sources import KernelSet
 
 NOT_RUN = "not run"
@@ -26,6 +28,38 @@ STATUS_LABEL = {
     UNDECIDED: "➖ undecided",
     NOT_RUN: "—",
 }
+
+
+class RunInfo(TypedDict, total=False):
+    """Where and how fast a run went: never in the document (it changes on every run); stdout,
+    `--json` and the step summary carry it. The rebuild writes the keys down to `timings_s`
+    (`torch` and `cupy` when loaded), a capture `capture` and `pids`."""
+
+    backend: str
+    picked: str  # the device as the backend names it
+    host: str
+    python: str
+    platform: str
+    numpy: str
+    torch: str
+    cupy: str
+    timings_s: dict[str, float]
+    capture: str  # the capture folder
+    pids: dict[str, int]  # section -> process id
+
+
+class CaptureSection(TypedDict):
+    """One audited process of a capture, as the capture document and `--json` show it."""
+
+    section: str  # "process 1"
+    launches: int
+    gemms: int
+    steps: int
+    sites: int
+    layout: str  # "file" or "inferred": what named the pointers
+    layout_note: str  # why the layout file was not used for it, if it was not
+    naming: list[NamedBuffer]
+    gemms_not_judged: list[str]  # GEMMs with operands no buffer name covers
 
 
 class _Verdicts:
@@ -74,10 +108,11 @@ class AuditReport(_Verdicts):
     command: str  # reproduces the document; never names the device
     version: str
     environment: dict[str, Any] = field(default_factory=dict)  # what differs between backends
-    run_info: dict[str, Any] = field(default_factory=dict)  # host, versions, timings: never in
-    # the document, so re-running on an unchanged tree leaves it byte for byte the same
+    # host, versions, timings: never in the document, so re-running on an unchanged tree leaves it
+    # byte for byte the same
+    run_info: RunInfo = field(default_factory=lambda: RunInfo())
     run: AuditRun | None = None  # the traces; None in reports built without them
-    witness: dict[str, Any] | None = None  # the cuBLAS witness (--cublas-log), device-dependent
+    witness: WitnessDict | None = None  # the cuBLAS witness (--cublas-log), device-dependent
 
     @property
     def witness_ok(self) -> bool:
@@ -112,14 +147,14 @@ class CaptureReport(_Verdicts):
     invariants: tuple[Invariant, ...]
     modes: tuple[str, ...]  # the audited processes' sections
     results: tuple[Result, ...]
-    sections: tuple[dict[str, Any], ...]  # per section: launches, sites, layout, naming, GEMMs
+    sections: tuple[CaptureSection, ...]  # per section: launches, sites, layout, naming, GEMMs
     incomplete: tuple[str, ...] = ()  # what makes the capture incomplete: fails the gate
     missing: tuple[str, ...] = ()  # no process is an SP14 trainer: fails the gate
     not_audited: tuple[str, ...] = ()  # processes with no ABI launch
     command: str = "egf-audit run --capture DIR"
     version: str = ""
-    run_info: dict[str, Any] = field(default_factory=dict)  # the folder, pids: never in the doc
-    witness: dict[str, Any] | None = None  # a capture has no cuBLAS witness
+    run_info: RunInfo = field(default_factory=lambda: RunInfo())  # the folder, pids: not in the doc
+    witness: WitnessDict | None = None  # a capture has no cuBLAS witness
     kernels: KernelSet | None = None  # the trainer's sources are not read by a capture
 
     @property

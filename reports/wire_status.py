@@ -11,8 +11,10 @@ Both are the same on every backend.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from egf_audit.invariants.egf001_gemm_k_matches_lda import names_offenders
 from egf_audit.invariants.registry import FAIL, PASS, WARN
 from egf_audit.reports.bindings import operand
 from egf_audit.reports.model import NOT_RUN, AuditReport
@@ -79,13 +81,12 @@ class WireRow:
         return tuple(p.name for p in self.proofs)
 
 
-def _offends_stage(evidence: dict, prefixes: tuple[str, ...]) -> bool:
-    """Whether a failed verdict over every launch names one of this stage's launches. A
-    failure that names none (no SGEMM recorded at all) counts against every stage."""
-    labels = [
-        *evidence.get("offending_sgemm_labels", []),
-        *evidence.get("offending_launch_labels", []),
-    ]
+def _offends_stage(evidence: Mapping[str, object], prefixes: tuple[str, ...]) -> bool:
+    """Whether a failed verdict over every launch (EGF001's) names one of this stage's
+    launches. A failure that names none (no SGEMM recorded at all) counts against every stage."""
+    labels: list[str] = []
+    if names_offenders(evidence):
+        labels = [*evidence["offending_sgemm_labels"], *evidence["offending_launch_labels"]]
     if not labels:
         return True
     return any(label.startswith(prefixes) for label in labels)
@@ -242,7 +243,7 @@ def wrapper_path(report: AuditReport, sh2: int) -> str:
     diag = run.traces.get(WRAPPER_SCENARIO)
     label = f"{WRAPPER_PREFIX}backward_branch_dw[d=0]@wrapper"
     x = first(diag, label) if diag is not None else None
-    if x is None:
+    if x is None or diag is None:
         return f"{text}; no diagnostic wrapper call recorded"
     return (
         f"{text}; the diagnostic call's d = 0 dW SGEMM has m = {width_note(x.args['m'], sh2)} "
@@ -253,7 +254,7 @@ def wrapper_path(report: AuditReport, sh2: int) -> str:
 def wire_status(report: AuditReport) -> list[WireRow]:
     trace = reference_trace(report)
     sh2 = report.config.dims.SH2
-    measures = {
+    measures: dict[str, Callable[[Trace], str]] = {
         "Forward dispatch": lambda t: forward_dispatch(t, sh2),
         "Backward dispatch": backward_dispatch,
         "dW unchanged": lambda t: dw(t, sh2),

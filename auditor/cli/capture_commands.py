@@ -24,7 +24,7 @@ from egf_audit.reports import github
 from egf_audit.reports.capture_document import capture_step_summary, render_capture_document
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
-from egf_audit.reports.model import CaptureReport
+from egf_audit.reports.model import CaptureReport, CaptureSection
 
 DEFAULT_CAPTURE_OUT = Path("docs/trainer-audit.md")
 
@@ -72,7 +72,7 @@ def _refuse_outputs_inside(req: CaptureRequest) -> None:
             )
 
 
-def _section(p: ProcessAudit) -> dict:
+def _section(p: ProcessAudit) -> CaptureSection:
     ct = p.capture
     return {
         "section": p.section,
@@ -142,7 +142,7 @@ def run_capture_audit(req: CaptureRequest) -> RunOutcome:
     outcome.written = outputs.write()
     outcome.stdout = outputs.stdout
     if github.in_github_actions() or req.output_format == "github":
-        outcome.annotations = github.annotations(gate)
+        outcome.annotations = github.annotation_commands(gate)
     if github.in_github_actions():
         try:
             github.append_step_summary(capture_step_summary(gate))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from egf_audit.reports import github
 from egf_audit.reports.document import first_stale_line, render_document, stale_diff
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
-from egf_audit.reports.model import AuditReport, CaptureReport, Gate
+from egf_audit.reports.model import AuditReport, CaptureReport, Gate, RunInfo
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
@@ -92,7 +92,7 @@ class RunOutcome:
     typed_out: str = ""  # --out as typed, for messages to the user who typed it
 
     @property
-    def report(self) -> AuditReport:
+    def report(self) -> AuditReport | CaptureReport:
         return self.gate.report
 
 
@@ -129,10 +129,13 @@ def typed_command(req: RunRequest, config: Config) -> str:
     )
 
 
-def run_info(backend: Backend, picked: str, timings: dict[str, float]) -> dict[str, Any]:
+VERSIONED: tuple[Literal["torch", "cupy"], ...] = ("torch", "cupy")  # named when loaded
+
+
+def run_info(backend: Backend, picked: str, timings: dict[str, float]) -> RunInfo:
     """Where and how fast this run went: host, versions, timings. Never in the document (it
     would change on every run); stdout, JSON and the step summary carry it."""
-    info: dict[str, Any] = {
+    info: RunInfo = {
         "backend": backend.name,
         "picked": picked,
         "host": platform.node(),
@@ -140,7 +143,7 @@ def run_info(backend: Backend, picked: str, timings: dict[str, float]) -> dict[s
         "platform": platform.platform(),
         "numpy": np.__version__,
     }
-    for module in ("torch", "cupy"):
+    for module in VERSIONED:
         if module in sys.modules:
             info[module] = getattr(sys.modules[module], "__version__", "unknown")
     info["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
@@ -270,10 +273,12 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)
     outcome.notes += sanitizer_failures
     outcome.typed_out = Path(req.out).as_posix()
-    for name in kernels.ignored:
-        outcome.notes.append(
-            f"--kernels {Path(req.kernels_dir).as_posix()}: ignored {name}: no kernel of that name"
-        )
+    if req.kernels_dir is not None:  # only a --kernels folder holds files to ignore
+        for name in kernels.ignored:
+            outcome.notes.append(
+                f"--kernels {Path(req.kernels_dir).as_posix()}: ignored {name}: no kernel of "
+                "that name"
+            )
     if gate.stale:
         outcome.advice = f"run `{typed_command(req, config)}` and commit it"
     _write_outputs(req, outcome, run, seconds)
@@ -337,7 +342,7 @@ def _write_outputs(req: RunRequest, outcome: RunOutcome, run: AuditRun, seconds:
     outcome.written = outputs.write()
     outcome.stdout = outputs.stdout
     if github.in_github_actions() or req.output_format == "github":
-        outcome.annotations = github.annotations(gate)
+        outcome.annotations = github.annotation_commands(gate)
     if github.in_github_actions():
         try:
             github.append_step_summary(github.step_summary(gate))

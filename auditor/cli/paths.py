@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -34,7 +35,10 @@ def shown(path: str | Path, base: Path) -> str:
 
 
 def command_line(
-    options: dict[str, object], paths: tuple[str, ...], spell: callable, default_out: Path
+    options: dict[str, object],
+    paths: tuple[str, ...],
+    spell: Callable[[str | Path], str],
+    default_out: Path,
 ) -> str:
     """`egf-audit run` with every option that shapes the document, in a fixed order.
 
@@ -46,6 +50,7 @@ def command_line(
         if value is None:
             continue
         if name in paths:
+            assert isinstance(value, str | Path)  # the path options hold paths
             value = spell(value)
             if name == "--out" and value == default_out.as_posix():
                 continue

@@ -119,7 +119,7 @@ def run(
             refuse_for_capture(ctx)
             from egf_audit.cli import capture_commands
 
-            request = capture_commands.CaptureRequest(
+            capture_request = capture_commands.CaptureRequest(
                 folder=capture,
                 out=out if _given(ctx, "out") else capture_commands.DEFAULT_CAPTURE_OUT,
                 check=check,
@@ -128,7 +128,7 @@ def run(
                 trace_out=trace,
                 output_format=output_format,
             )
-            outcome = capture_commands.run_capture_audit(request)
+            outcome = capture_commands.run_capture_audit(capture_request)
         _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
     with exit_codes(debug):
         check_output_format(output_format)
