@@ -21,8 +21,9 @@ from egf_audit.bench.timing import Session, time_steps
 from egf_audit.bench.torch_reference import TorchSP14, torch_batch
 from egf_audit.pipeline.config import Config
 from egf_audit.pipeline.step import SP14Pipeline
+from egf_audit.runtime.backends.base import runs_on_streams
 from egf_audit.runtime.memory import BufferSpec, Layout, Tensor
-from egf_audit.runtime.trace import Trace
+from egf_audit.runtime.trace import Snapshot, Trace
 
 MODE = "sentinel"
 STATE_BUFFERS = ("params", "target_params", "sn_state")  # what the torch model starts from
@@ -91,11 +92,13 @@ def measure_graph(
     `Unavailable` with the reason: the graph is a figure of merit, not the product."""
     stream = session.stream
     try:
+        backend = pipe.backend
+        assert runs_on_streams(backend)  # a session has a stream on the CUDA backend only
         # Re-bind cuBLAS to the stream in case anything moved it. Binding resets cuBLAS's
         # workspace, so it comes before the eager step below, which allocates it again: no
         # allocation may be left for the capture to do.
-        pipe.backend.use_stream(stream)
-        pipe.backend.prepare_capture()  # cuBLAS through ctypes with a fixed workspace
+        backend.use_stream(stream)
+        backend.prepare_capture()  # cuBLAS through ctypes with a fixed workspace
         state = pipe.save_state()
         pipe.step(MODE, upload_batch=False)  # the eager step the replay must reproduce
         eager = {b: pipe.rec.read(b) for b in ("params", "target_params")}
@@ -138,7 +141,8 @@ def measure_instrumented(
         def clear() -> None:
             stats["launches_per_step"] = sum(1 for x in trace.launches if x.kind != "checkpoint")
             stats["checkpoints_per_step"] = len(trace.snapshots)
-            nbytes = sum(snap.nbytes for snap in trace.snapshots.values())
+            # the recorder's snapshots, whose copies stay where the backend made them
+            nbytes = sum(s.nbytes for s in trace.snapshots.values() if isinstance(s, Snapshot))
             stats["snapshot_mb_per_step"] = round(nbytes / 1e6, 3)
             trace.launches.clear()
             trace.snapshots.clear()

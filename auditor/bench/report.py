@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 SCHEMA = "egf-audit-bench/1"
 
@@ -97,6 +97,10 @@ def ratio(a: Measured, b: Measured) -> float | None:
     return None
 
 
+@overload
+def achieved_tflops(row: Row, timing: Timing) -> float: ...
+@overload
+def achieved_tflops(row: Row, timing: Measured) -> float | None: ...
 def achieved_tflops(row: Row, timing: Measured) -> float | None:
     if not isinstance(timing, Timing):
         return None

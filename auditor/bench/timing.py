@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from egf_audit.bench.report import Timing
-from egf_audit.runtime.backends.base import Backend
+from egf_audit.runtime.backends.base import Backend, runs_on_streams
 
 # ---- clocks: new() a mark, record() it on the timeline the work runs on, elapsed_ms() ----
 
@@ -138,7 +138,7 @@ def bench_session(backend: Backend) -> Iterator[Session]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     try:
-        if backend.name != "cuda":
+        if not runs_on_streams(backend):
             cpu = torch.device("cpu")
             yield Session(backend, HostClock(backend.synchronize), None, cpu, HostClock())
             return

@@ -59,6 +59,12 @@ def torch_batch(batch: dict[str, np.ndarray], device: torch.device) -> TorchBatc
     )
 
 
+def _linear(layer: nn.Module) -> nn.Linear:
+    """A layer of an nn.ModuleList, which torch types as any module."""
+    assert isinstance(layer, nn.Linear)
+    return layer
+
+
 class SP14Net(nn.Module):
     """The online (or target) network: nn.Linear layers with the pipeline's [out, in] weights."""
 
@@ -73,14 +79,15 @@ class SP14Net(nn.Module):
         self.v0 = nn.Linear(dims.SH2, dims.VALH)
         self.v1 = nn.Linear(dims.VALH, 1)
 
-    def by_flat_name(self) -> dict[str, nn.Parameter]:
+    def by_flat_name(self) -> dict[str, torch.Tensor]:
         """Each parameter under its name in the pipeline's flat `params` buffer."""
-        out = {}
+        out: dict[str, torch.Tensor] = {}
         for name, layer in (("s1", self.s1), ("s2", self.s2), ("aux", self.aux)):
             out[f"w_{name}"], out[f"b_{name}"] = layer.weight, layer.bias
         for d in range(len(BRANCHES)):
-            out[f"w_b{d}fc"], out[f"b_b{d}fc"] = self.fc[d].weight, self.fc[d].bias
-            out[f"w_b{d}out"], out[f"b_b{d}out"] = self.out[d].weight, self.out[d].bias
+            fc, head = _linear(self.fc[d]), _linear(self.out[d])
+            out[f"w_b{d}fc"], out[f"b_b{d}fc"] = fc.weight, fc.bias
+            out[f"w_b{d}out"], out[f"b_b{d}out"] = head.weight, head.bias
         out["w_v0"], out["b_v0"] = self.v0.weight, self.v0.bias
         out["w_v1"], out["b_v1"] = self.v1.weight, self.v1.bias
         return out
@@ -117,8 +124,8 @@ class TorchSP14:
         self.opt = torch.optim.Adam(
             self.net.parameters(), lr=hyper.lr, betas=(hyper.beta1, hyper.beta2), eps=hyper.eps
         )
-        self._online = list(self.net.parameters())
-        self._target = list(self.target.parameters())
+        self._online: list[torch.Tensor] = list(self.net.parameters())
+        self._target: list[torch.Tensor] = list(self.target.parameters())
 
     @classmethod
     def from_buffers(
@@ -175,7 +182,7 @@ class TorchSP14:
     def _project_spectral_norm(self) -> None:
         """One power iteration from u, then W *= sigma_max / sigma where sigma > sigma_max.
         The branch is a clamp, not a Python `if`, so it never waits for the device."""
-        w = self.net.fc[0].weight
+        w = _linear(self.net.fc[0]).weight
         v = w.t() @ self.sn_u
         v = v / v.norm().clamp_min(1e-15)
         wv = w @ v

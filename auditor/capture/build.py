@@ -84,7 +84,7 @@ def find_toolkit() -> Toolkit:
                     lib = folder
     has = {name: any((i / name).exists() for i in includes) for name in ("cupti.h", "cuda.h")}
     missing = [name for name, ok in has.items() if not ok] + ([] if lib else ["libcupti.so"])
-    if missing:
+    if missing or lib is None:
         raise AuditEnvironmentError(
             f"capture needs CUPTI and the CUDA driver headers: {', '.join(missing)} not found "
             "(set CUDA_HOME to the CUDA toolkit, or install the nvidia-cuda-cupti wheel)"

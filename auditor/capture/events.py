@@ -208,7 +208,7 @@ def _event_problem(event: dict[str, Any]) -> str | None:
     what it may not."""
     ev = event.get("ev")
     spec = _SPECS.get(ev) if type(ev) is str else None
-    if spec is None:
+    if spec is None or type(ev) is not str:
         if ev is None:
             return '"ev" is missing'
         return '"ev" must be a string' if type(ev) is not str else f"unknown event kind {ev!r}"
@@ -407,7 +407,9 @@ def open_capture_file(path: Path) -> Iterator[BinaryIO]:
 def _text_lines(path: Path) -> Iterator[Iterator[tuple[int, bytes]]]:
     """(line number, raw line) of a plain or gzipped file, each line at most MAX_LINE_BYTES."""
     with open_capture_file(path) as raw:
-        stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
+        stream: gzip.GzipFile | BinaryIO = (
+            gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
+        )
 
         def lines() -> Iterator[tuple[int, bytes]]:
             number = 0

@@ -155,5 +155,7 @@ def pipeline_relu_inputs(inputs: StepInputs, net: str, dev: torch.device) -> dic
     out = {"h_s1": inputs.obs[obs], "h_s2": _f64(act["h_s1"], dev), "v_hid": h_s2}
     out["b0_hid"] = torch.cat([h_s2, _f64(wire, dev)], dim=1)
     for b in range(1, len(BRANCHES)):
-        out[f"b{b}_hid"] = torch.cat([h_s2, inputs.context[ctx][b]], dim=1)
+        context = inputs.context[ctx][b]
+        assert context is not None  # every branch but the direction one has its context
+        out[f"b{b}_hid"] = torch.cat([h_s2, context], dim=1)
     return out

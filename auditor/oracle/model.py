@@ -86,6 +86,7 @@ def forward(
     adv = []
     for d in range(len(BRANCHES)):
         extra = gated_wire[:, None] if d == 0 else context[d]
+        assert extra is not None  # every branch but the direction one has its context
         x = torch.cat([h_s2, extra], dim=1)
         hid = relu_layer(f"b{d}_hid", linear(x, params, f"w_b{d}fc", f"b_b{d}fc"))
         adv.append(linear(hid, params, f"w_b{d}out", f"b_b{d}out"))

@@ -20,6 +20,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -224,7 +225,8 @@ def _override_dims(base: Dims, table: object) -> Dims:
     if not isinstance(table, dict):
         raise ConfigError("config key dims must be a table")
     known = {f.name for f in dataclasses.fields(Dims)}
-    changes: dict[str, object] = {}
+    # a field named by the file has no static type: _check_int and validate_dims check each value
+    changes: dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
             raise ConfigError(f"unknown config key dims.{key} (known: {', '.join(sorted(known))})")

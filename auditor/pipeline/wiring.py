@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from egf_audit.runtime.contract import SITES
 
@@ -102,8 +103,9 @@ class Wiring:
         if unknown or len(set(self.scale_sites)) != len(self.scale_sites):
             raise ValueError(f"Wiring.scale_sites must be distinct sites of {SITES}")
 
-    def but(self, **changes: object) -> Wiring:
-        """This wiring with some choices changed (checked like any other)."""
+    def but(self, **changes: Any) -> Wiring:
+        """This wiring with some choices changed (checked like any other: a field named at run
+        time has no static type, so `__post_init__` checks each value's)."""
         return dataclasses.replace(self, **changes)
 
 

@@ -115,6 +115,7 @@ class Auditor:
                     for _ in range(self.steps):
                         pipe.step(mode)
                 else:
+                    assert initial is not None  # mode_scenarios puts the production run first
                     pipe.load_state(initial)
                     pipe.step(
                         mode,
