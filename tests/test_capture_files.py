@@ -667,3 +667,28 @@ def test_the_cli_refuses_an_undecoded_abi_launch(cap, tmp_path):
 def test_the_cli_refuses_an_invalid_manifest(cap, tmp_path):
     (cap.folder / "manifest.json").write_text('{"command": ["x"], "exit_code": null}')
     _cli_refuses(cap.folder, tmp_path, 'manifest.json: "exit_code" must be an integer')
+
+
+def _cut_inside_a_gemm_log(cap: Capture) -> int:
+    """Keep the events up to a GEMM's header and its first argument line: a process that died
+    while cuBLAS logged that call. Returns how many lines are kept."""
+    header = cap.first(lambda e: e["ev"] == "cublas" and "cublasSgemm_v2" in e["msg"])
+    del cap.lines[header + 1 :]
+    cap.save()
+    return header + 1
+
+
+def test_a_process_that_died_while_cublas_logged_a_call_reads_as_not_ended(cap):
+    kept = _cut_inside_a_gemm_log(cap)
+    (proc,) = read_capture(cap.folder)
+    assert not proc.ended and len(cap.lines) == kept
+    sgemms = sum(r.kind == "sgemm" for r in proc.records)
+    logged = sum("cublasSgemm_v2" in line and '"I! ' in line for line in cap.lines)
+    assert sgemms == logged - 1  # the call whose log was cut short is not recorded
+
+
+def test_a_process_that_ended_with_a_call_logged_in_part_is_refused(cap):
+    _cut_inside_a_gemm_log(cap)
+    number = cap.append_exit()
+    refused(cap.folder, r"cublasSgemm_v2 call: its log gives no ")
+    assert number == len(cap.lines)
