@@ -28,6 +28,7 @@ from egf_audit.runtime.contract import (
     AFTER_LOSSES,
     BEFORE_POLYAK,
     POLYAK_KERNEL,
+    POLYAK_TAU,
     PRELOAD_PREFIXES,
     STEP_END,
     STEP_START,
@@ -230,7 +231,8 @@ def check(run: AuditRun, mode: str) -> Verdict:
 def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> list[str]:
     """polyak_ema(target, online, tau, n) held to the contract: target is the start of
     target_params, online the start of params, n the whole net (both buffers' size, and the
-    layout's parameter table where it gives one), tau the layout's tau where it gives one."""
+    layout's parameter table where it gives one), tau the layout's `dims.tau`, or the preset's
+    (POLYAK_TAU) for a trainer that states none, as the rebuild uses its config's."""
     problems = [
         p
         for p in (
@@ -244,11 +246,11 @@ def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> l
         sizes.add(net)
     if len(sizes) != 1 or x.args.get("n") not in sizes:
         problems.append(f"n = {x.args.get('n')}, the whole net is {sorted(sizes)} elements")
-    tau, expected = x.args.get("tau"), ct.layout.dims.get("tau")
-    if expected is not None and np.float32(tau) != np.float32(expected):
-        problems.append(f"tau = {tau}, the layout's tau is {expected}")
-    elif not (isinstance(tau, float) and 0.0 < tau < 1.0):
-        problems.append(f"tau = {tau}, not in (0, 1)")
+    tau, stated = x.args.get("tau"), ct.layout.dims.get("tau")
+    expected = POLYAK_TAU if stated is None else stated
+    whose = "the preset's (the layout states no dims.tau)" if stated is None else "the layout's"
+    if not isinstance(tau, float) or np.float32(tau) != np.float32(expected):
+        problems.append(f"tau = {tau}, {whose} tau is {expected}")
     return problems
 
 

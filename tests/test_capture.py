@@ -46,8 +46,9 @@ CAUGHT_BY = {
     "accumulate-wire-col": {"EGF003", "EGF004", "EGF007"},
     "polyak-tau-swap": {"EGF005"},
 }
-# what only the layout file shows: without it the capture's one tau is polyak_ema's own argument
-NEEDS_LAYOUT = {"polyak-tau-swap": {"EGF005"}}
+# what only the layout file shows (none of these captures: without a layout file, Polyak's
+# tau is held to the preset's)
+NEEDS_LAYOUT: dict[str, set[str]] = {}
 
 
 @cache

@@ -41,14 +41,8 @@ CANNOT_EXPRESS: dict[str, dict[str, str]] = {
         "forces a below-chance head",
     },
 }
-# the same without the layout file
-CANNOT_EXPRESS_WITHOUT_LAYOUT: dict[str, dict[str, str]] = {
-    **CANNOT_EXPRESS,
-    "polyak-tau-swap": {
-        "EGF005": "without the layout's dims.tau the only tau is polyak_ema's own argument, "
-        "which the fault swaps consistently: the blend matches the tau it was given",
-    },
-}
+# the same without the layout file (Polyak's tau is then held to the preset's)
+CANNOT_EXPRESS_WITHOUT_LAYOUT: dict[str, dict[str, str]] = {**CANNOT_EXPRESS}
 # faults no capture check can fail: their captures pass the audit
 CAPTURE_BLIND: dict[str, str] = {
     "adam-state-sh2": "only EGF009 and EGF010 judge it, and neither has a capture check (the "
@@ -59,10 +53,7 @@ CAPTURE_BLIND: dict[str, str] = {
     "sn-normalize-writes-neighbour": "the stray write lands in sn_state's u_b0fc, which no "
     "snapshot covers; EGF013 has no capture check",
 }
-CAPTURE_BLIND_WITHOUT_LAYOUT: dict[str, str] = {
-    **CAPTURE_BLIND,
-    "polyak-tau-swap": "its one symptom is the tau it passes (CANNOT_EXPRESS_WITHOUT_LAYOUT)",
-}
+CAPTURE_BLIND_WITHOUT_LAYOUT: dict[str, str] = {**CAPTURE_BLIND}
 FAULT_NAMES = [f.name for f in FAULTS]
 EXPECTED = {f.name: frozenset(f.expected) for f in FAULTS}
 

@@ -23,6 +23,7 @@ the decoded arguments of a cuBLAS call, never its log text.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import mmap
@@ -640,12 +641,10 @@ def read_process(events_path: Path) -> ProcessCapture:
         if last_ev == "exit":
             close(tid)  # a process that ended: every call it logged is whole, or refused
             continue
-        try:
+        # the process died while cuBLAS logged this call: the rest of its log was never
+        # written; the capture is incomplete (no exit event) and the audit says so
+        with contextlib.suppress(UsageError):
             close(tid)
-        except UsageError:
-            # the process died while cuBLAS logged this call: the rest of its log was never
-            # written; the capture is incomplete (no exit event) and the audit says so
-            pass
     if waiting_launch:
         first = min(s.line for waiting in waiting_launch.values() for s in waiting)
         _refuse(f"{name} line {first}", "a step_start snapshot that no kernel launch follows")

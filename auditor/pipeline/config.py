@@ -27,7 +27,7 @@ import numpy as np
 from egf_audit.errors import UsageError
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.config_view import ConfigDict
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, POLYAK_TAU
 
 # Sizes above this are refused as absurd: one [B, SH2+1] fp32 buffer would pass 16 GiB.
 MAX_ELEMENTS_PER_BUFFER = 1 << 32
@@ -74,7 +74,7 @@ class Hyper:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
-    tau: float = 0.005
+    tau: float = POLYAK_TAU
     sigma_max: float = 1.0
     gate_ema: float = 0.9  # EMA decay of the smoothed gate written to ISV[393]
 

@@ -12,6 +12,11 @@ import numpy as np
 
 from egf_audit.runtime.config_view import DimsView
 
+# ---- the trainer's Polyak blend (SPEC section 2) ----
+# The preset's tau; a trainer configured otherwise states its tau (a config file for the
+# rebuild, `dims.tau` in its layout file for a capture), else this one is the contract.
+POLYAK_TAU = 0.005
+
 # ---- fixed indices of the trainer ----
 ALPHA_GRAD_SMOOTHED_INDEX = 393  # ISV[393]: the smoothed wire gate
 AUX_UP_INDEX = 2  # aux classes are (down, flat, up)
