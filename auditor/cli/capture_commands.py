@@ -15,15 +15,12 @@ from pathlib import Path
 
 from egf_audit import __version__
 from egf_audit.capture.audit import CaptureAudit, ProcessAudit, audit_capture
-from egf_audit.cli.commands import RunOutcome, document_gate
-from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct, is_stdout
+from egf_audit.cli.commands import Deliveries, RunOutcome, deliver, document_gate
+from egf_audit.cli.outputs import STDOUT, check_distinct, is_stdout
 from egf_audit.cli.paths import document_base, shown
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS, Result
-from egf_audit.reports import github
 from egf_audit.reports.capture_document import capture_step_summary, render_capture_document
-from egf_audit.reports.json_report import render_json
-from egf_audit.reports.junit import render_junit
 from egf_audit.reports.model import CaptureReport, CaptureSection
 
 DEFAULT_CAPTURE_OUT = Path("docs/trainer-audit.md")
@@ -125,27 +122,11 @@ def run_capture_audit(req: CaptureRequest) -> RunOutcome:
             f"run `egf-audit run --capture {req.folder.as_posix()} --out "
             f"{shown(req.out, Path.cwd())}` and commit it"
         )
-    outputs = Outputs()
-    if not req.check:
-        outputs.add(req.out, document)
-    json_text = render_json(gate, outcome.exit_code)
-    junit_text = render_junit(gate)
-    outputs.add(req.json_out, json_text)
-    outputs.add(req.junit_out, junit_text)
-    if req.trace_out is not None:
-        lines = [line for p in audit.processes for line in p.capture.trace.to_jsonl()]
-        outputs.add(req.trace_out, "\n".join(lines) + "\n")
-    if req.output_format == "json":
-        outputs.add(STDOUT, json_text)
-    elif req.output_format == "junit":
-        outputs.add(STDOUT, junit_text)
-    outcome.written = outputs.write()
-    outcome.stdout = outputs.stdout
-    if github.in_github_actions() or req.output_format == "github":
-        outcome.annotations = github.annotation_commands(gate)
-    if github.in_github_actions():
-        try:
-            github.append_step_summary(capture_step_summary(gate))
-        except OSError as exc:
-            outcome.notes.append(f"could not append to GITHUB_STEP_SUMMARY: {exc}")
+    deliver(
+        outcome,
+        Deliveries(req.out, req.check, req.json_out, req.junit_out, req.trace_out),
+        lambda: [line for p in audit.processes for line in p.capture.trace.to_jsonl()],
+        req.output_format,
+        capture_step_summary,
+    )
     return outcome

@@ -322,30 +322,59 @@ def document_gate(
 
 
 def _write_outputs(req: RunRequest, outcome: RunOutcome, run: AuditRun, seconds: dict) -> None:
-    """Every file output is staged before any is replaced: one that cannot be written (exit 3)
-    leaves all existing files as they were. `-` outputs are printed after the files."""
+    deliver(
+        outcome,
+        Deliveries(req.out, req.check, req.json_out, req.junit_out, req.trace_out),
+        lambda: [line for trace in run.traces.values() for line in trace.to_jsonl()],
+        req.output_format,
+        github.step_summary,
+        seconds,
+    )
+
+
+@dataclass(frozen=True)
+class Deliveries:
+    """Where a gate's outputs go (None: not asked for; `-`: stdout)."""
+
+    out: Path
+    check: bool
+    json_out: Path | None
+    junit_out: Path | None
+    trace_out: Path | None
+
+
+def deliver(
+    outcome: RunOutcome,
+    to: Deliveries,
+    trace_lines: Callable[[], list[str]],
+    output_format: str,
+    step_summary: Callable[[Gate], str],
+    seconds: dict[str, float] | None = None,
+) -> None:
+    """Write every output of a gate, the rebuild's or a capture's. Every file output is staged
+    before any is replaced: one that cannot be written (exit 3) leaves all existing files as
+    they were. `-` outputs are printed after the files."""
     gate = outcome.gate
     outputs = Outputs()
-    if not req.check:
-        outputs.add(req.out, outcome.document)
+    if not to.check:
+        outputs.add(to.out, outcome.document)
     json_text = render_json(gate, outcome.exit_code)
     junit_text = render_junit(gate, seconds)
-    outputs.add(req.json_out, json_text)
-    outputs.add(req.junit_out, junit_text)
-    if req.trace_out is not None:
-        lines = [line for trace in run.traces.values() for line in trace.to_jsonl()]
-        outputs.add(req.trace_out, "\n".join(lines) + "\n")
-    if req.output_format == "json":
+    outputs.add(to.json_out, json_text)
+    outputs.add(to.junit_out, junit_text)
+    if to.trace_out is not None:
+        outputs.add(to.trace_out, "\n".join(trace_lines()) + "\n")
+    if output_format == "json":
         outputs.add(STDOUT, json_text)
-    elif req.output_format == "junit":
+    elif output_format == "junit":
         outputs.add(STDOUT, junit_text)
     outcome.written = outputs.write()
     outcome.stdout = outputs.stdout
-    if github.in_github_actions() or req.output_format == "github":
+    if github.in_github_actions() or output_format == "github":
         outcome.annotations = github.annotation_commands(gate)
     if github.in_github_actions():
         try:
-            github.append_step_summary(github.step_summary(gate))
+            github.append_step_summary(step_summary(gate))
         except OSError as exc:
             # the summary is a courtesy to the reader of the job; it never changes the verdict
             outcome.notes.append(f"could not append to GITHUB_STEP_SUMMARY: {exc}")
