@@ -60,16 +60,22 @@ def _document(gate: Gate) -> dict[str, Any]:
     }
 
 
-def capture_report_dict(gate: Gate, report: CaptureReport, exit_code: int) -> dict[str, Any]:
+def _gate_head(gate: Gate, schema: str, exit_code: int) -> dict[str, Any]:
+    """What every JSON report opens with: the gate's one verdict, the rebuild's or a capture's."""
     return {
-        "schema": CAPTURE_SCHEMA,
-        "egf_audit_version": report.version,
+        "schema": schema,
+        "egf_audit_version": gate.report.version,
         "ok": gate.ok,
         "exit_code": exit_code,
         "verdict": gate.line(),
         "reasons": gate.reasons(),
-        "invariants_ok": report.ok,
-        "command": report.command,
+        "invariants_ok": gate.report.ok,
+        "command": gate.report.command,
+    }
+
+
+def capture_report_dict(gate: Gate, report: CaptureReport, exit_code: int) -> dict[str, Any]:
+    return _gate_head(gate, CAPTURE_SCHEMA, exit_code) | {
         "sections": list(report.modes),
         "incomplete": list(report.incomplete),
         "missing": list(report.missing),
@@ -85,15 +91,7 @@ def report_dict(gate: Gate, exit_code: int) -> dict[str, Any]:
     report = gate.report
     if isinstance(report, CaptureReport):
         return capture_report_dict(gate, report, exit_code)
-    return {
-        "schema": SCHEMA,
-        "egf_audit_version": report.version,
-        "ok": gate.ok,
-        "exit_code": exit_code,
-        "verdict": gate.line(),
-        "reasons": gate.reasons(),
-        "invariants_ok": report.ok,
-        "command": report.command,
+    return _gate_head(gate, SCHEMA, exit_code) | {
         "config": report.config.as_dict(),
         "modes": list(report.modes),
         "steps": report.steps,
