@@ -3,11 +3,14 @@ call sites, also when the upstream dX is not finite, and the aux head receives n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from egf_audit.invariants.capture_common import (
+    Dims,
     ScaleView,
     dims_of,
     named,
@@ -54,7 +57,7 @@ from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.capture_model import CaptureTrace, Site
     from egf_audit.runtime.trace import Trace
 
 
@@ -178,6 +181,29 @@ def gate_problems(ct: CaptureTrace, views: list[ScaleView]) -> list[str]:
     return problems
 
 
+@dataclass(frozen=True)
+class GateSites:
+    """The call sites a gate check judges, and what the scale launches already showed."""
+
+    views: list[ScaleView]
+    problems: list[str]  # gate_problems: every scale's arguments and snapshots
+    dims: Dims
+    sites: list[Site]  # the sites of the steps whose gate the check judges
+
+
+def gate_sites(ct: CaptureTrace, judged: Callable[[np.float32], bool]) -> Verdict | GateSites:
+    """What EGF003 and EGF004 start from: a FAIL when no scale launch ran, UNDECIDED when none
+    was snapshotted, else the sites of the steps whose ISV[393] `judged` accepts."""
+    views = scale_views(ct)
+    if not views:
+        return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
+    if not any(v.alpha is not None or v.wire_after is not None for v in views):
+        return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
+    alphas = step_alphas(views)
+    sites = [site for site in ct.sites if site.step in alphas and judged(alphas[site.step])]
+    return GateSites(views, gate_problems(ct, views), dims_of(ct), sites)
+
+
 def check_capture(ct: CaptureTrace) -> Verdict:
     """At every call site of every step whose scale read ISV[393] = 0.0, the wire column is +0.0
     on every row where the site's accumulate reads the dir dX (its snapshot, all values; the
@@ -186,15 +212,10 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     without snapshots, or one whose arguments or snapshot are not the contract's wire fails.
     UNDECIDED only when no scale launch was snapshotted, or none ran with the gate at 0 (a
     live-mode capture). What the aux head receives is not captured (the rebuild decides it)."""
-    views = scale_views(ct)
-    if not views:
-        return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
-    if not any(v.alpha is not None or v.wire_after is not None for v in views):
-        return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
-    problems = gate_problems(ct, views)
-    d = dims_of(ct)
-    alphas = step_alphas(views)
-    closed = [site for site in ct.sites if site.step in alphas and alphas[site.step] == 0.0]
+    found = gate_sites(ct, lambda alpha: bool(alpha == 0.0))
+    if isinstance(found, Verdict):
+        return found
+    views, problems, d, closed = found.views, found.problems, found.dims, found.sites
     for site in closed:
         at = site_name(site)
         scale = site_scale(ct, site, views)

@@ -9,12 +9,9 @@ import numpy as np
 
 from egf_audit.invariants.capture_common import (
     all_values,
-    dims_of,
     named,
-    scale_views,
     site_name,
     site_scale,
-    step_alphas,
     wire_at_accumulate,
 )
 from egf_audit.invariants.common import (
@@ -26,7 +23,7 @@ from egf_audit.invariants.common import (
     json_float,
     steps,
 )
-from egf_audit.invariants.egf003_wire_zero_under_sentinel import gate_problems
+from egf_audit.invariants.egf003_wire_zero_under_sentinel import gate_sites
 from egf_audit.invariants.registry import (
     Invariant,
     SiteFinding,
@@ -154,15 +151,10 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     reads exactly that wire. A site without a scale cannot show fl(alpha * g) and fails, as do
     scales whose arguments or snapshots are not the contract's wire (EGF003's rule). UNDECIDED
     only when no scale was snapshotted, or none ran with an open gate (a sentinel capture)."""
-    views = scale_views(ct)
-    if not views:
-        return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
-    if not any(v.alpha is not None or v.wire_after is not None for v in views):
-        return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
-    problems = gate_problems(ct, views)
-    d = dims_of(ct)
-    alphas = step_alphas(views)
-    open_ = [site for site in ct.sites if site.step in alphas and 0.0 < alphas[site.step] <= 1.0]
+    found = gate_sites(ct, lambda alpha: bool(0.0 < alpha <= 1.0))
+    if isinstance(found, Verdict):
+        return found
+    views, problems, d, open_ = found.views, found.problems, found.dims, found.sites
     for site in open_:
         at = site_name(site)
         v = site_scale(ct, site, views)
