@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
+from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import buffer_size
@@ -16,8 +17,6 @@ if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Binding, Launch, Region, Trace
-
-GEMM_ARGS = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc")
 
 
 class OffendingLaunches(TypedDict):
@@ -159,8 +158,7 @@ def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
     columns with row stride SH2 + 1 (K = SH2 against a leading dimension of SH2 + 1)."""
     if sh2 is None or not all(k in x.args for k in GEMM_ARGS):
         return None
-    a = x.args
-    boxes = gemm_operand_boxes(*(a[k] for k in GEMM_ARGS))
+    boxes = gemm_operand_boxes(GemmShape.of(x.args))
     for role, (rows, width, ld) in boxes.items():
         if rows > 1 and ld == sh2 + 1 and width == sh2:
             return f"operand {role} spans {sh2} columns with row stride {sh2 + 1} (K = SH2)"

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.gemm_rules import GEMM_ARGS
 from egf_audit.runtime.trace import Binding, Launch
 
 # How the trainer names offsets into its flat buffers (poff_w_b0fc, goff_w_b0fc, ...).
 OFFSET_PREFIX = {"params": "poff", "target_params": "poff", "grad_buf": "goff"}
-SGEMM_ARGS = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "alpha", "beta")
+SGEMM_ARGS = (*GEMM_ARGS, "alpha", "beta")  # an SGEMM's arguments other than its pointers
 
 
 def number(value: Any) -> str:

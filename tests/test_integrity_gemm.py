@@ -11,7 +11,7 @@ import pytest
 
 from egf_audit.invariants import INVARIANTS_BY_CODE
 from egf_audit.pipeline.step import SP14Pipeline
-from egf_audit.runtime.gemm_rules import GemmRefused, invalid_value
+from egf_audit.runtime.gemm_rules import GemmRefused, GemmShape, invalid_value
 
 # (transa, transb, m, n, k, lda, ldb, ldc) and the words of the refusal
 REFUSED = (
@@ -34,14 +34,14 @@ ACCEPTED = (
 
 @pytest.mark.parametrize(("args", "words"), REFUSED, ids=lambda v: str(v))
 def test_cublas_refusals(args, words):
-    reason = invalid_value(*args)
+    reason = invalid_value(GemmShape(*args))
     assert reason is not None and reason.startswith("CUBLAS_STATUS_INVALID_VALUE")
     assert words in reason
 
 
 @pytest.mark.parametrize("args", ACCEPTED, ids=str)
 def test_valid_arguments_pass(args):
-    assert invalid_value(*args) is None
+    assert invalid_value(GemmShape(*args)) is None
 
 
 @pytest.fixture

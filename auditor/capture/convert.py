@@ -21,6 +21,7 @@ from egf_audit.runtime.capture_model import (
     Site,
 )
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SITES, at_site
+from egf_audit.runtime.gemm_rules import GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, Launch, Region, Trace
@@ -46,9 +47,7 @@ def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple
 def bindings_of(layout: CaptureLayout, r: Record) -> tuple[Binding, ...]:
     a = r.args
     if r.kind == "sgemm":
-        boxes = gemm_operand_boxes(
-            a["transa"], a["transb"], a["m"], a["n"], a["k"], a["lda"], a["ldb"], a["ldc"]
-        )
+        boxes = gemm_operand_boxes(GemmShape.of(a))
         c_access = "w" if a.get("beta") == 0.0 else "rw"
         return tuple(
             _binding(layout, role, a[role], access, (0, *boxes[role]))

@@ -50,6 +50,7 @@ from egf_audit.runtime.contract import (
     POLYAK_KERNEL,
     SCALE_KERNEL,
 )
+from egf_audit.runtime.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
 
 EVENTS_GLOB = "events-*.jsonl*"  # .jsonl as written, .jsonl.gz as committed fixtures keep it
 EVENTS_NAME = re.compile(r"events-(\d+)\.jsonl(\.gz)?")
@@ -64,8 +65,7 @@ _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")
 _HEX = re.compile(r"HEX:(?:0x)?0x([0-9a-fA-F]+)")
 _HASH = re.compile(r"[0-9a-f]{16}")
-GEMM_INTS = ("m", "n", "k", "lda", "ldb", "ldc")
-SGEMM_ARGS = ("transa", "transb", *GEMM_INTS, "A", "B", "C")
+SGEMM_ARGS = (*GEMM_ARGS, "A", "B", "C")  # what a logged cublasSgemm_v2 call must give
 _DECODER = json.JSONDecoder()
 _NO_VALUES = np.empty(0, np.float32)
 _NO_VALUES.flags.writeable = False
@@ -311,7 +311,7 @@ def _sgemm_problem(args: dict[str, Any], bits: dict[str, Any]) -> str | None:
         missing += [f"{k} bits" for k in ("alpha", "beta") if f"{k}_bits" not in bits]
     if missing:
         return f"its log gives no {', '.join(missing)}"
-    for k in ("transa", "transb"):
+    for k in GEMM_OPS:
         if args[k] not in ("N", "T", "C"):
             return f"{k} {args[k]!r} is no CUBLAS_OP_N, _T or _C"
     for k in GEMM_INTS:

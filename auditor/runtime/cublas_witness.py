@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from egf_audit.runtime.gemm_rules import GEMM_ARGS
 from egf_audit.runtime.trace import Launch
 
-FIELDS = ("transa", "transb", "m", "n", "k", "lda", "ldb", "ldc")
+FIELDS = GEMM_ARGS  # what is matched: the arguments that fix a GEMM's shape
 _CALL = re.compile(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(")
 _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")

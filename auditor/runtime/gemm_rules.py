@@ -9,10 +9,40 @@ the trace shows the refusal cuBLAS would give.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 INVALID_VALUE = "CUBLAS_STATUS_INVALID_VALUE"
 OPS = ("N", "T")
+
+
+class GemmShape(NamedTuple):
+    """The eight arguments of cublasSgemm that fix its shape, in cuBLAS's order (the pointers
+    and the scalars alpha and beta aside). Its fields are the one home of these names: the
+    recorder's launch arguments, the cuBLAS witness, EGF001's evidence, the report's argument
+    columns and the capture reader all read them through `GEMM_ARGS`."""
+
+    transa: str
+    transb: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+
+    @classmethod
+    def of(cls, args: Mapping[str, Any]) -> GemmShape:
+        """The shape of a launch's or a logged call's arguments, read by name."""
+        return cls(*(args[name] for name in GEMM_ARGS))
+
+
+GEMM_ARGS: tuple[str, ...] = GemmShape._fields
+GEMM_OPS = GEMM_ARGS[:2]  # transa, transb
+GEMM_SIZES = GEMM_ARGS[2:5]  # m, n, k
+GEMM_LDS = GEMM_ARGS[5:]  # lda, ldb, ldc
+GEMM_INTS = GEMM_ARGS[2:]  # the sizes and the leading dimensions
 
 
 class GemmRefused(ValueError):
@@ -20,22 +50,18 @@ class GemmRefused(ValueError):
 
 
 @lru_cache(maxsize=4096)  # every step repeats the same few dozen calls
-def invalid_value(
-    transa: str, transb: str, m: int, n: int, k: int, lda: int, ldb: int, ldc: int
-) -> str | None:
+def invalid_value(shape: GemmShape) -> str | None:
     """Why cuBLAS refuses these arguments with CUBLAS_STATUS_INVALID_VALUE, or None."""
-    for name, op in (("transa", transa), ("transb", transb)):
+    transa, transb, m, n, k, lda, ldb, ldc = shape
+    for name, op in zip(GEMM_OPS, (transa, transb), strict=True):
         if op not in OPS:
             return f"{INVALID_VALUE}: {name} = {op!r} is not N or T"
-    for name, size in (("m", m), ("n", n), ("k", k)):
+    for name, size in zip(GEMM_SIZES, (m, n, k), strict=True):
         if size < 0:
             return f"{INVALID_VALUE}: {name} = {size} is negative"
-    stored = (
-        ("lda", lda, m if transa == "N" else k),
-        ("ldb", ldb, k if transb == "N" else n),
-        ("ldc", ldc, m),
-    )
-    for name, ld, rows in stored:
+    # the rows each column-major operand stores: A is m x k or k x m, B k x n or n x k, C m x n
+    rows_stored = (m if transa == "N" else k, k if transb == "N" else n, m)
+    for name, ld, rows in zip(GEMM_LDS, (lda, ldb, ldc), rows_stored, strict=True):
         if ld < max(1, rows):
             return f"{INVALID_VALUE}: {name} = {ld} is below max(1, {rows}), the rows it stores"
     return None

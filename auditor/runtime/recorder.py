@@ -27,15 +27,15 @@ from egf_audit.runtime.effects import (
     LaunchFailed,
     StrayWrite,
 )
+from egf_audit.runtime.gemm_rules import GemmShape
 from egf_audit.runtime.memory import AddressMap, Layout
 from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace
 
 
-def gemm_operand_boxes(
-    transa: str, transb: str, m: int, n: int, k: int, lda: int, ldb: int, ldc: int
-) -> dict[str, tuple[int, int, int]]:
+def gemm_operand_boxes(shape: GemmShape) -> dict[str, tuple[int, int, int]]:
     """(rows, width, ld) of A, B and C as row-major boxes. A column-major operand stored as
     (r x c) with leading dimension ld is, row-major, c rows of r elements with row stride ld."""
+    transa, transb, m, n, k, lda, ldb, ldc = shape
     a_stored = (m, k) if transa == "N" else (k, m)
     b_stored = (k, n) if transb == "N" else (n, k)
     return {
@@ -222,7 +222,8 @@ class Recorder:
             "C": c,
             "ldc": ldc,
         }
-        refusal = gemm_rules.invalid_value(transa, transb, m, n, k, lda, ldb, ldc)
+        shape = GemmShape(transa, transb, m, n, k, lda, ldb, ldc)
+        refusal = gemm_rules.invalid_value(shape)
         if self.instrumented and refusal is not None:
             # cuBLAS runs nothing: no operand is touched, and the launch says why
             self.trace.launches.append(
@@ -244,7 +245,7 @@ class Recorder:
             key = ("sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc, c_access)
             cached = self._launch_bindings.get(key)
             if cached is None:
-                boxes = gemm_operand_boxes(transa, transb, m, n, k, lda, ldb, ldc)
+                boxes = gemm_operand_boxes(shape)
                 cached = self._launch_bindings[key] = (
                     self._bind("A", a, "r", (0, *boxes["A"])),
                     self._bind("B", b, "r", (0, *boxes["B"])),

@@ -27,7 +27,7 @@ from egf_audit.runtime.backends import guarded_memory
 from egf_audit.runtime.backends.cpu_build import compiler, compiler_id, load_library
 from egf_audit.runtime.backends.cpu_worker import KernelWorker, argument_format, reap_stopped
 from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
-from egf_audit.runtime.gemm_rules import GemmRefused, invalid_value
+from egf_audit.runtime.gemm_rules import GemmRefused, GemmShape, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
 
@@ -155,7 +155,7 @@ class CpuBackend:
         self._view(ptr, (count,), (1,)).zero_()
 
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
-        refusal = invalid_value(transa, transb, m, n, k, lda, ldb, ldc)
+        refusal = invalid_value(GemmShape(transa, transb, m, n, k, lda, ldb, ldc))
         if refusal is not None:
             raise GemmRefused(refusal)
         out = self._view(c, (m, n), (1, ldc))
