@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from egf_audit.capture import build as capture_build
 from egf_audit.cli.app import app
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.runtime.backends import cpu_build
+from egf_audit.runtime.build_cache import cache_dir
 
 TERMINAL = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"}
 
@@ -107,6 +109,25 @@ def test_an_unwritable_home_names_the_folder_and_the_variable(tmp_path, monkeypa
     monkeypatch.delenv("EGF_AUDIT_CACHE", raising=False)
     line = one_error_line(run_cpu(tmp_path, HOME=str(home)))
     assert str(home) in line and "EGF_AUDIT_CACHE" in line
+
+
+@pytest.mark.parametrize("kind", [cpu_build.CACHE_KIND, capture_build.CACHE_KIND])
+def test_both_builds_share_one_cache_home(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv("EGF_AUDIT_CACHE", str(tmp_path))
+    assert cache_dir(kind) == tmp_path / kind
+    monkeypatch.delenv("EGF_AUDIT_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir(kind) == tmp_path / "home" / ".cache" / "egf-audit" / kind
+
+
+def test_no_home_folder_at_all_is_one_environment_error(monkeypatch):
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("EGF_AUDIT_CACHE", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    with pytest.raises(AuditEnvironmentError, match="no home folder for the capture cache: set"):
+        cache_dir(capture_build.CACHE_KIND)
 
 
 def test_a_read_only_cache_folder_names_it(tmp_path):

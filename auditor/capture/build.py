@@ -18,10 +18,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError
+from egf_audit.runtime.build_cache import cache_dir
 
 SOURCE = Path(__file__).with_name("egf_capture_recorder.c")
 C_FLAGS = ["-O2", "-shared", "-fPIC", "-Wall"]
 LIBS = ["-lcupti", "-ldl", "-lpthread"]
+CACHE_KIND = "capture"  # the cache's folder for the recorder (runtime/build_cache.py)
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,6 @@ def _compiler_id(cc: str) -> str:
     return (out.stdout.splitlines() or ["unknown"])[0]
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("EGF_AUDIT_CACHE") or Path.home() / ".cache" / "egf-audit"
-    return Path(root) / "capture"
-
-
 def build_command(cc: str, toolkit: Toolkit, out: Path) -> list[str]:
     includes = [f"-I{i}" for i in toolkit.include]
     rpath = f"-Wl,-rpath,{toolkit.lib}"
@@ -126,7 +123,7 @@ def build_recorder() -> Path:
     key = hashlib.sha256(
         "\0".join([text, _compiler_id(cc), " ".join(placeholder)]).encode()
     ).hexdigest()[:24]
-    out_dir = cache_dir()
+    out_dir = cache_dir(CACHE_KIND)
     lib = out_dir / f"egf_capture_recorder-{key}.so"
     if lib.exists():
         return lib

@@ -25,21 +25,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError
+from egf_audit.runtime.build_cache import CACHE_HINT, cache_dir
 
 CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]
-CACHE_HINT = "set EGF_AUDIT_CACHE to a writable folder"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("EGF_AUDIT_CACHE")
-    if not root:
-        try:
-            root = str(Path.home() / ".cache" / "egf-audit")
-        except RuntimeError:  # no HOME and no passwd entry
-            raise AuditEnvironmentError(
-                f"no home folder for the kernel cache: {CACHE_HINT}"
-            ) from None
-    return Path(root) / "cpu-kernels"
+CACHE_KIND = "cpu-kernels"  # the cache's folder for these builds (runtime/build_cache.py)
 
 
 STALE_BUILD_S = 3600  # a build folder this old belongs to a run that was killed
@@ -147,7 +136,7 @@ def build_library(
     parts = [unit, compiler_id(tuple(cxx)), " ".join(CXX_FLAGS)]
     parts += [f"{n}\0{t}" for n, t in sorted(headers.items())]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-    folder = _usable_cache(cache_dir())
+    folder = _usable_cache(cache_dir(CACHE_KIND))
     lib = folder / f"{name}-{key}.so"
     if lib.exists():
         if cached_build_ok(lib, key):
