@@ -20,6 +20,7 @@ from cli_fakes import CODES, DOC, invoke
 
 from egf_audit.cli.app import run_app
 from egf_audit.cli.options import handle_termination_signals
+from egf_audit.errors import exception_line, one_line
 from egf_audit.invariants.registry import FAIL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,6 +254,31 @@ def test_typer_usage_errors_are_one_line_exit_2(argv, fragment, capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("egf-audit: error: ")
     assert fragment in err and "╭" not in err
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        ("  kernel x\n\n  does not compile \n", "kernel x | does not compile"),
+        ("\n ", "(no message)"),
+    ],
+)
+def test_an_error_message_is_put_on_one_line(message, line):
+    assert one_line(message) == line
+
+
+@pytest.mark.parametrize(
+    ("exc", "line"),
+    [
+        (
+            RuntimeError("CUDA error: out of memory\n  at frame 3\n"),
+            "RuntimeError: CUDA error: out of memory",
+        ),
+        (ValueError(""), "ValueError"),
+    ],
+)
+def test_a_bench_reason_is_the_exception_type_and_first_line(exc, line):
+    assert exception_line(exc) == line
 
 
 @pytest.mark.parametrize("columns", ["0", "40", "200"])

@@ -19,6 +19,7 @@ from egf_audit.bench.report import (
 )
 from egf_audit.bench.timing import Session, time_steps
 from egf_audit.bench.torch_reference import TorchSP14, torch_batch
+from egf_audit.errors import exception_line
 from egf_audit.pipeline.config import Config
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.runtime.backends.base import runs_on_streams
@@ -55,11 +56,6 @@ def step_flops(trace: Trace, step: int | None = None) -> tuple[int, dict[str, in
 
 
 # ---- the measurements ----
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
 
 
 def _finite(pipe: SP14Pipeline) -> bool:
@@ -119,7 +115,7 @@ def measure_graph(
         return timing
     except Exception as exc:
         session.sync()
-        return Unavailable(one_line(exc), traceback.format_exc())
+        return Unavailable(exception_line(exc), traceback.format_exc())
 
 
 def measure_instrumented(
@@ -185,7 +181,7 @@ def measure_torch(
         return timing
     except Exception as exc:
         session.sync()
-        return Unavailable(one_line(exc), traceback.format_exc())
+        return Unavailable(exception_line(exc), traceback.format_exc())
 
 
 def measure_row(

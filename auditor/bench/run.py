@@ -36,12 +36,11 @@ from egf_audit.bench.measure import (
     MODE,
     measure_row,
     measure_sgemm,
-    one_line,
 )
 from egf_audit.bench.render import rich_table, targets_table, to_json, to_markdown
 from egf_audit.bench.report import BenchReport, Unavailable
 from egf_audit.bench.timing import Session, bench_session
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, exception_line
 from egf_audit.pipeline.config import Config, ConfigError, preset_config, validate_dims
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.reports.atomic import write_atomic
@@ -236,7 +235,7 @@ def profile_row(session: Session, config: Config, log: Callable[[str], None]) ->
             result = bench_profile.profile_plain_step(session, pipe, MODE)
         except Exception as exc:  # a figure of merit, like the graph: say why it is missing
             session.sync()
-            result = Unavailable(one_line(exc), traceback.format_exc())
+            result = Unavailable(exception_line(exc), traceback.format_exc())
     finally:
         pipe.release()
     session.free_caches()

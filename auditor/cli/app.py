@@ -19,7 +19,8 @@ import typer
 
 from egf_audit import __version__
 from egf_audit.cli import capture_cli, other_cli, run_cli
-from egf_audit.cli.options import EXIT_CODES, handle_termination_signals, one_line
+from egf_audit.cli.options import EXIT_CODES, handle_termination_signals
+from egf_audit.errors import one_line
 
 try:  # typer vendors click from 0.20 on
     from click.exceptions import ClickException, NoArgsIsHelpError

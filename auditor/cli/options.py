@@ -20,7 +20,7 @@ from typing import Annotated, TextIO
 import typer
 from rich.console import Console
 
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, one_line
 
 CI_LOG_WIDTH = 120  # a CI log is no terminal and has no COLUMNS: use a width that reads well
 NARROW = 80  # below this the verdicts are printed as lines, not a table
@@ -193,11 +193,6 @@ def handle_termination_signals() -> None:
 def interrupted_exit(exc: KeyboardInterrupt) -> tuple[str, int]:
     signum = getattr(exc, "signum", signal.SIGINT)
     return f"interrupted ({SIGNAL_NAMES.get(signum, str(signum))})", 128 + signum
-
-
-def one_line(message: object) -> str:
-    parts = [part.strip() for part in str(message).splitlines() if part.strip()]
-    return " | ".join(parts) or "(no message)"
 
 
 def error_exit(message: object, code: int, exc: BaseException | None, debug: bool) -> typer.Exit:
