@@ -150,7 +150,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 if found is not None:
                     findings.append(found)
     evidence = {"gate_zero_steps": checked, "injected_steps": injected_checked}
-    verdict = failed_at_sites(findings, **evidence)
+    verdict = failed_at_sites(findings, evidence)
     if verdict is not None:
         return verdict
     if not checked:

@@ -132,7 +132,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 if found is not None:
                     findings.append(found)
     evidence = {"gated_steps": checked}
-    verdict = failed_at_sites(findings, **evidence)
+    verdict = failed_at_sites(findings, evidence)
     if verdict is not None:
         return verdict
     if not checked:

@@ -18,7 +18,15 @@ from egf_audit.invariants.capture_common import (
     value_problems,
 )
 from egf_audit.invariants.common import bit_mismatch, mode_traces, region_values, steps
-from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
+from egf_audit.invariants.registry import (
+    Invariant,
+    Verdict,
+    failed,
+    failed_at_sites,
+    failed_with,
+    passed,
+    undecided,
+)
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     AFTER_FORWARD,
@@ -101,15 +109,15 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 else:
                     checked.append(f"{trace.scenario}@{step}:{site}")
     evidence = {"launches_checked": len(checked)}
-    if findings:
-        first = findings[0]
-        return failed(
-            f"{first['label']} in {first['scenario']} step {first['step']}: {first['problem']} "
-            f"({len(findings)} launches fail)",
-            first=first,
-            failing=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
-            **evidence,
-        )
+    verdict = failed_at_sites(
+        findings,
+        evidence,
+        says=lambda f: f"{f['label']} in {f['scenario']} step {f['step']}: {f['problem']}",
+        counted="launches fail",
+        listed="failing",
+    )
+    if verdict is not None:
+        return verdict
     if not checked:
         return failed(f"mode {mode} ran no d = 0 dW SGEMM", **evidence)
     return passed(

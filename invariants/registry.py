@@ -11,7 +11,7 @@ show what the invariant needs, `capture_undecidable` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -110,18 +110,31 @@ class SiteFinding(TypedDict):
     problems: list[str]
 
 
-def failed_at_sites(findings: Sequence[SiteFinding], **evidence: Any) -> Verdict | None:
-    """The verdict of a per-site check (EGF003, EGF004) that found sites failing; None when it
-    found none. Each finding names its scenario, step, site and problems."""
+def site_and_problem(finding: Mapping[str, Any]) -> str:
+    """A per-site finding in words: where (scenario, step, @site) and its first problem."""
+    at = f"{finding['scenario']} step {finding['step']} @{finding['site']}"
+    return f"{at}: {finding['problems'][0]}"
+
+
+def failed_at_sites(
+    findings: Sequence[Mapping[str, Any]],
+    evidence: Mapping[str, Any],
+    *,
+    says: Callable[[Mapping[str, Any]], str] = site_and_problem,
+    counted: str = "site checks fail",
+    listed: str = "failing_sites",
+) -> Verdict | None:
+    """The verdict of a check that judges call sites one by one (EGF003, EGF004, EGF006) and
+    found some failing; None when it found none. Each finding names its scenario, step and
+    site: the summary says what the first one found (`says`) and how many failed (`counted`),
+    the evidence keeps the first whole and lists all as scenario@step:site under `listed`, then
+    the check's own `evidence`."""
     if not findings:
         return None
     first = findings[0]
+    where = [f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings]
     return failed(
-        f"{first['scenario']} step {first['step']} @{first['site']}: {first['problems'][0]} "
-        f"({len(findings)} site checks fail)",
-        first=first,
-        failing_sites=[f"{f['scenario']}@{f['step']}:{f['site']}" for f in findings],
-        **evidence,
+        f"{says(first)} ({len(findings)} {counted})", first=first, **{listed: where}, **evidence
     )
 
 
