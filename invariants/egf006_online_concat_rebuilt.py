@@ -109,18 +109,16 @@ def check(run: AuditRun, mode: str) -> Verdict:
                 else:
                     checked.append(f"{trace.scenario}@{step}:{site}")
     evidence = {"launches_checked": len(checked)}
-    verdict = failed_at_sites(
+    if not findings and not checked:
+        return failed(f"mode {mode} ran no d = 0 dW SGEMM", **evidence)
+    failing = failed_at_sites(
         findings,
         evidence,
         says=lambda f: f"{f['label']} in {f['scenario']} step {f['step']}: {f['problem']}",
         counted="launches fail",
         listed="failing",
     )
-    if verdict is not None:
-        return verdict
-    if not checked:
-        return failed(f"mode {mode} ran no d = 0 dW SGEMM", **evidence)
-    return passed(
+    return failing or passed(
         f"{len(checked)} d = 0 dW SGEMMs read the online [save_h_s2 | wire] bitwise over all "
         f"{run.config.dims.SH2 + 1} columns",
         **evidence,
