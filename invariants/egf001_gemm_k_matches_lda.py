@@ -307,6 +307,16 @@ INVARIANT = Invariant(
         "K = SH2), a call site taking the legacy K = SH2 wrapper path, and any state vector "
         "still sized for SH2 while its GEMV reads w_b0fc."
     ),
+    limits=(
+        "It judges the regions a launch declares (an SGEMM's boxes from its arguments, a "
+        "kernel's from the kernel table), not the elements it really touches: that is EGF013's. "
+        "An operand that spans the whole of a tensor of the right shape passes even when it is "
+        "the wrong tensor (EGF006 asks which concat the d = 0 dW reads), and the legacy wrapper "
+        "is left to EGF011. On a capture, a GEMM with an operand in no buffer the layout or "
+        "inference names is UNDECIDED unless its arguments show the K = SH2 signature or the "
+        "operand overruns its allocation, and a buffer the layout gives no shape is judged by "
+        "its span alone."
+    ),
     example=(
         "backward_branch_dw[d=0]@main called with (N, T, m=48, n=32, k=64, lda=48, ldb=32, "
         "ldc=49): operand C spans 48 of 49 columns of w_b0fc, so dW of the wire column is never "

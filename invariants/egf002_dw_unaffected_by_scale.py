@@ -139,6 +139,13 @@ INVARIANT = Invariant(
         "sp14_scale_wire_col pointed at dW's wire column instead of the dX buffer, and the "
         "pre-B.10 dW SGEMM on (save_h_s2, SH2) that never writes the wire column of dW."
     ),
+    limits=(
+        "It compares one step (step 0) at three gates (0, 0.37, 1), without the scale and with "
+        "NaN/Inf injected: a dependence on the gate that shows only at other values or in later "
+        "steps is not seen, and only the w_b0fc slice of grad_buf is compared. An all-zero wire "
+        "column fails only where a gradient was due. A capture cannot decide it: it needs the "
+        "same step replayed, and a capture records the trainer's one run."
+    ),
     example=(
         "The scale is launched on grad_buf + goff_w_b0fc with ld = SH2 + 1: with the sentinel "
         "gate the wire column of dW becomes 0, with gate 0.37 it shrinks, and the Q-head's "

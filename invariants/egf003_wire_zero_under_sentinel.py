@@ -284,6 +284,13 @@ INVARIANT = Invariant(
         "A missing scale launch, a call site left ungated, a scale pointed at the x concat or "
         "at dW, a scale without the alpha == 0 branch, and a scale given the wrong column."
     ),
+    limits=(
+        "It is judged only at steps whose ISV[393] is 0.0, and the NaN-safety only against the "
+        "values the audit injects (NaN, +Inf, -Inf and -1 cycled over the rows); -0.0 and +0.0 "
+        "in d_aux_logits count as the same zero. On a capture nothing is injected and what the "
+        "aux head receives is not captured; a capture with no snapshot around the scale, or "
+        "with no step at gate 0 (a live-mode run), is UNDECIDED."
+    ),
     example=(
         "sp14_scale_wire_col computes *g = *g * a: with the sentinel gate a row whose upstream "
         "wire gradient is -0.02 ends as -0.0 (0x80000000), and an injected NaN stays NaN and "

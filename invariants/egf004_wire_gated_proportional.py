@@ -216,6 +216,14 @@ INVARIANT = Invariant(
         "A scale launched on column SH2 - 1, a missing scale launch, a site left ungated, and a"
         " scale pointed at another buffer."
     ),
+    limits=(
+        "It holds the scale to the gate the step read from ISV[393]; whether that gate has the "
+        "right value is not asked here (EGF012 bounds it, and EGF010 models the step with it). "
+        "Open gates are judged only where the run has them: 0.37 and 1 in the replays and the "
+        "live steps' own gates. On a capture it needs every wire value before and after the "
+        "scale (one cut short by --values-max is missing data), and a sentinel-mode capture is "
+        "UNDECIDED."
+    ),
     example=(
         "sp14_scale_wire_col launched with wire_col = SH2 - 1 and alpha = 0.37: the wire column"
         " keeps g unscaled and column SH2 - 1 of d_h_s2's source shrinks to 0.37 of itself."

@@ -416,6 +416,15 @@ INVARIANT = Invariant(
         "A backward dW SGEMM that writes through a goff_* offset on target_params' base "
         "instead of grad_buf's, and a Polyak update with tau and 1 - tau swapped."
     ),
+    limits=(
+        "Polyak's result is held to 2 ulp, so a blend wrong by less passes; the target forward "
+        "and the backward are found by their labels and checkpoints, and a write outside a "
+        "launch's declared regions is EGF013's. A capture has no checkpoints and no forward or "
+        "backward labels: its check cannot see the target forward's own launches or what the "
+        "backward reads, only who writes target_params and what Polyak wrote, with tau held to "
+        "the layout's dims.tau or, where the trainer states none, to the preset's. Without a "
+        "snapshot of Polyak it is UNDECIDED."
+    ),
     example=(
         "backward_value_out_dw@cql computes target_params + goff_w_v1 as its C pointer: the "
         "value head's dW accumulates into the target net and grad_buf never receives it."

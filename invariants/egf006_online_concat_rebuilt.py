@@ -224,6 +224,13 @@ INVARIANT = Invariant(
         "The call sites skipping sp14_dir_concat_qaux(save_h_s2) before backward_full, and "
         "any dW wired to a narrower x than the concat."
     ),
+    limits=(
+        "It reads the d = 0 dW SGEMM only, found by its label: the other branches' dW inputs "
+        "are not compared. On a capture the values are not kept, so it proves the data flow "
+        "instead (the scratch's last writer before that GEMM is sp14_dir_concat_qaux on "
+        "save_h_s2, every argument as the contract says): a concat kernel that computes wrong "
+        "values from the right pointers is not seen there."
+    ),
     example=(
         "Without the rebuild, backward_branch_dw[d=0]@cql reads the scratch as the target "
         "forward left it: every column differs from the online concat and equals the target's."

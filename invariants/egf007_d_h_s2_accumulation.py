@@ -411,6 +411,14 @@ INVARIANT = Invariant(
         "accumulate that reads the dir concat dX with row stride SH2 instead of SH2 + 1 (it "
         "walks into the wire column and shears every later row)."
     ),
+    limits=(
+        "It checks d_h_s2 against its inflows as they were snapshotted, not whether each inflow "
+        "is right (EGF010 checks the step end to end), and within a worst-case fp32 bound, so "
+        "an error smaller than that bound, such as a dropped term far smaller than the others, "
+        "passes. Only the production trace is read. On a capture the value and aux dX are not "
+        "kept: the trunk-entry sum is not recomputed, only the zeroing, the accumulates' "
+        "arguments and their bitwise results are judged."
+    ),
     example=(
         "`accumulate_d_h_s2_from_concat(d_h_s2, d_dir_qaux_concat, B, SH2, /*ld_concat=*/SH2)`:"
         " row b is read from offset b*SH2, so row 1 starts with row 0's wire column."

@@ -319,6 +319,13 @@ INVARIANT = Invariant(
         "A call site with no scale launch (only the main site gated, or neither), and a scale "
         "pointed at the wrong buffer: the x concat scratch, or dW's wire column in `grad_buf`."
     ),
+    limits=(
+        "It judges from the launches alone where the scale runs and the regions it declares: "
+        "what the scale computes is EGF003's and EGF004's, what it really writes EGF013's. The "
+        "rebuild reads the production trace only and gives a launch to a site by its label "
+        "suffix (@cql, @main); a capture's sites are cut at its accumulate launches, and a "
+        "capture with neither an accumulate nor a scale launch is UNDECIDED."
+    ),
     example=(
         "`launch_sp14_scale_wire_col` added after the main `backward_full` only: the CQL aux "
         "site's wire gradient reaches the aux head unscaled."

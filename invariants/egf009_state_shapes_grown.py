@@ -231,6 +231,14 @@ INVARIANT = Invariant(
         "Adam state slices of `w_b0fc` left at the pre-B.8 shape `[ADV, SH2]`, and the "
         "spectral-norm vector `v` of `w_b0fc` left at the pre-B.8 length SH2."
     ),
+    limits=(
+        "It checks sizes and placement, from the recorded layout and the launches' declared "
+        "regions, not what Adam or the spectral norm compute (EGF010 compares the update with "
+        "its float64 model). Spectral-norm launches are found by their `spectral_norm:` label, "
+        "and only the production trace is read. A capture cannot decide it: Adam's m/v slices "
+        "and the spectral-norm vectors are indexed inside the trainer's optimizer code, and no "
+        "launch argument the capture sees carries their shapes."
+    ),
     example=(
         "`adam_m` allocated from the old shape table: `adam_update(poff_w_b0fc, goff_w_b0fc, "
         "m + moff_w_b0fc, ..., n = ADV * SH2)` leaves ADV weights without an update."

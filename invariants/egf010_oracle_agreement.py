@@ -198,6 +198,15 @@ INVARIANT = Invariant(
         "Adam state of the old shape (adam-state-sh2), a swapped Polyak factor "
         "(polyak-tau-swap), a spectral-norm vector of the old length."
     ),
+    limits=(
+        "The tolerance is per tensor (1e-6 + 1e-4 * max|ref|), so an error confined to a few "
+        "small elements of a large tensor can pass; a decision that differs near a tie is "
+        "counted, never failed. The model runs with the pipeline's own ReLU masks, argmaxes and "
+        "the gate the backward read, so a wrong gate value is not seen here, and the skip-scale "
+        "and non-finite replays are not modelled. A capture cannot decide it: it needs the "
+        "trainer's weights, batch and gradients in full, and keeps the ABI kernels' regions "
+        "only."
+    ),
     example=(
         "Pre-B.10, backward_branch_dw for d = 0 used (save_h_s2, K = SH2) against w_b0fc's "
         "LDA = SH2 + 1: grad_buf[goff_w_b0fc..][:, SH2] stayed 0 while the float64 model's wire "

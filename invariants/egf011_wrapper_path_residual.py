@@ -256,6 +256,14 @@ INVARIANT = Invariant(
         "A production call site (typically the main online one) that calls the legacy "
         "wrapper and so takes the K = SH2 path."
     ),
+    limits=(
+        "It recognises the wrapper only by an SGEMM box of SH2 columns on w_b0fc or the dir "
+        "concat: a legacy path wrong in another way, with full widths, is left to the other "
+        "invariants. On the rebuild it never passes: a clean run is a WARN by design, so the "
+        "residual stays visible. On a capture with neither an sp14_dir_concat_qaux launch nor "
+        "layout dims, SH2 is unknown and it is UNDECIDED; an operand no layout names is judged "
+        "by the arguments' K = SH2 signature alone."
+    ),
     example=(
         "`self.backward_full(&dq_main, 0, 0)` at the main online call site: the d = 0 dW "
         "SGEMM runs with `(save_h_s2, SH2)` and `grad_buf[goff_w_b0fc..]`'s wire column stays 0."

@@ -253,6 +253,14 @@ INVARIANT = Invariant(
         "gate negative. Also a producer wired in sentinel mode, and a producer that lets a "
         "non-finite accuracy or previous gate through."
     ),
+    limits=(
+        "It bounds the gate (finite, in [0, 1], +0.0 where it must be); it does not check that "
+        "a live gate is the value the producer's formula gives, so a producer wrong in a way "
+        "that stays in [0, 1] passes. Fail-closed is probed on crafted inputs in `probe/gate`. "
+        "On a capture only the gate each scale read is seen: the producer's inputs and the "
+        "value before any producer are not, and a capture with no snapshot of ISV[393] is "
+        "UNDECIDED."
+    ),
     example=(
         "`raw = (acc - 1/K) / (1 - 1/K)` fed to the EMA unclamped: accuracy 0 gives raw = "
         "-1/2 and `ISV[393] = 0.1 * -1/2 = -0.05`."

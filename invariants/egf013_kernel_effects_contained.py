@@ -144,6 +144,15 @@ INVARIANT = Invariant(
         "off-by-one bound that reads or writes past the buffer, a kernel that segfaults, "
         "aborts, calls exit() or never returns."
     ),
+    limits=(
+        "It sees changed bits: a write outside the declared regions that stores the value "
+        "already there passes, and so does any write inside them, whatever its value (the "
+        "values are the other invariants'). A read is seen only when it faults: on the CPU one "
+        "far past its buffer is not, and on the GPU one past its buffer that stays in mapped "
+        "memory only `--sanitize` (memcheck) sees. A capture cannot decide it: it needs every "
+        "buffer compared around every launch, and the capture snapshots the ABI kernels' "
+        "regions only."
+    ),
     example=(
         "`if (b > rows) return;` in `sp14_scale_wire_col`: the thread b = rows writes one row "
         "past `sp14_d_dir_qaux_concat`; on the CPU the guard page faults and the launch is "

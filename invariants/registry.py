@@ -1,6 +1,7 @@
 """The invariant entry and its verdict. Each invariant is one small frozen entry of the flat
 `INVARIANTS` list (invariants/__init__.py): a stable code, a slug, a one-line message, the doc
-text that `egf-audit explain`, the audit document and the JUnit failure all print, and a check.
+text that `egf-audit explain`, the audit document and the JUnit failure all print (what it
+proves, why, how, the bug it catches, its known limits, an example), and a check.
 
 A check is a pure function of the finished `AuditRun` (traces, snapshots, config) and a mode.
 It never learns which fault, if any, is active. An entry may also hold a capture check: the same
@@ -55,6 +56,7 @@ class Invariant:
     why: str  # Why it matters
     how: str  # How it is measured
     catches: str  # The bug it catches
+    limits: str  # Known limits: what the check cannot see, on a rebuild and on a capture
     example: str  # a concrete failing wiring, as the seed would describe it
     check: Callable[[AuditRun, str], Verdict]
     # ---- test directives, read by the tests that parametrize over INVARIANTS ----
@@ -63,6 +65,10 @@ class Invariant:
     # ---- the same invariant on a capture of the trainer's process ----
     capture: Callable[[CaptureTrace], Verdict] | None = None
     capture_undecidable: str = ""  # why a capture cannot decide it, when `capture` is None
+
+    def __post_init__(self) -> None:
+        if not self.limits.strip():
+            raise ValueError(f"{self.code}: an invariant states its known limits")
 
     def verdict(self, run: AuditRun, mode: str) -> Verdict:
         """The check's verdict; data it needs but the run lacks (`Missing`, the trace's one
@@ -88,7 +94,7 @@ class Invariant:
             f"{self.code} {self.slug}\n\n{self.message}\n\n"
             f"## What it proves\n{self.what}\n\n## Why it matters\n{self.why}\n\n"
             f"## How it is measured\n{self.how}\n\n## Bug it catches\n{self.catches}\n\n"
-            f"## Example\n{self.example}\n"
+            f"## Known limits\n{self.limits}\n\n## Example\n{self.example}\n"
         )
 
 

@@ -280,6 +280,8 @@ def _reference(report: AuditReport) -> list[str]:
             "",
             f"**Bug it catches.** {inv.catches}",
             "",
+            f"**Known limits.** {inv.limits}",
+            "",
             f"**Example.** {inv.example}",
         ]
     return lines

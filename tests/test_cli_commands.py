@@ -76,6 +76,8 @@ def test_invariants_json_lists_every_invariant_with_its_text():
     assert [i["code"] for i in data["invariants"]] == CODES
     egf003 = data["invariants"][2]
     assert egf003["slug"] == "wire-zero-under-sentinel" and egf003["what"]
+    keys = ["code", "slug", "message", "what", "why", "how", "catches", "limits", "example"]
+    assert all(list(i) == keys for i in data["invariants"])
 
 
 def test_config_example_names_every_key_and_loads_as_the_ci_preset():

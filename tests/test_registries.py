@@ -4,7 +4,8 @@ without a line written for it, as PyTorch's OpInfo tests are.
 - every invariant holds (or gives its documented warning) on the clean pipeline, in both modes;
 - every invariant fails, naming what was missing, on a run that lacks the data it reads;
 - every fault is caught by exactly the invariants its catalogue entry expects;
-- the two registries cover each other: each invariant is expected to catch some fault.
+- the two registries cover each other: each invariant is expected to catch some fault;
+- every invariant states its known limits, and `egf-audit explain` prints them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import json
 
 import pytest
+from cli_fakes import invoke
 
 from egf_audit.invariants import FAIL, INVARIANTS, INVARIANTS_BY_CODE, evaluate
 from egf_audit.runtime.audit_run import AuditRun
@@ -119,3 +121,24 @@ def test_every_entry_says_how_a_capture_decides_it_or_why_it_cannot(invariant):
         assert not invariant.capture_undecidable, invariant.code
         assert invariant.capture.__module__ == invariant.check.__module__  # the same home
         assert invariant.capture.__doc__, invariant.code
+
+
+# ---- the doc of every entry ----
+@pytest.mark.parametrize("invariant", INVARIANTS, ids=by_code)
+def test_every_entry_states_its_known_limits_and_explain_prints_them(invariant):
+    """As ruff's rule docs have "Known problems": what the check cannot see, in a few
+    sentences of its own (not a placeholder, not another field's text)."""
+    limits = invariant.limits
+    assert len(limits) > 120 and limits.endswith("."), invariant.code
+    others = (invariant.what, invariant.why, invariant.how, invariant.catches, invariant.example)
+    assert limits not in others
+    result = invoke("explain", invariant.code, "--raw")
+    assert result.exit_code == 0
+    doc = result.stdout
+    assert f"## Known limits\n{limits}\n" in doc
+    assert doc.index("## Bug it catches") < doc.index("## Known limits") < doc.index("## Example")
+
+
+def test_an_entry_without_known_limits_is_refused_when_built():
+    with pytest.raises(ValueError, match="EGF001: an invariant states its known limits"):
+        dataclasses.replace(INVARIANTS_BY_CODE["EGF001"], limits="  ")

@@ -156,6 +156,7 @@ def invariants_json() -> str:
                 "why": inv.why,
                 "how": inv.how,
                 "catches": inv.catches,
+                "limits": inv.limits,
                 "example": inv.example,
             }
             for inv in invariants.INVARIANTS
@@ -175,7 +176,8 @@ def find_invariant(name: str):
 
 
 def explain(name: str) -> str:
-    """The invariant's whole text (What / Why / How / Bug / Example), as markdown."""
+    """The invariant's whole text (What / Why / How / Bug / Known limits / Example), as
+    markdown."""
     return find_invariant(name).doc()
 
 
