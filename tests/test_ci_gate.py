@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cli_fakes import CODES, DOC, invoke
 
-from egf_audit.cli import commands as runner_module
+from egf_audit.cli import commands
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.kernels import KERNELS
 
@@ -245,9 +245,9 @@ def test_output_format_github_prints_annotations_outside_actions(fake):
 def test_a_sanitizer_finding_fails_json_junit_and_the_last_line(fake, monkeypatch):
     """--sanitize findings decide the exit code, so every output says the same verdict."""
     finding = "compute-sanitizer memcheck: Invalid __global__ write of size 4 bytes in k"
-    monkeypatch.setattr(runner_module.sanitize, "check_request", lambda device: None)
+    monkeypatch.setattr(commands.sanitize, "check_request", lambda device: None)
     monkeypatch.setattr(
-        runner_module.sanitize,
+        commands.sanitize,
         "sanitize",
         lambda req, config, backend: ({"memcheck": {"errors": 1}}, [finding]),
     )

@@ -22,7 +22,7 @@ import pytest
 from cli_fakes import CODES, DOC, REAL_INVARIANTS, fake_mutants, fake_registry, invoke
 
 from egf_audit import invariants
-from egf_audit.cli import commands as runner_module
+from egf_audit.cli import commands
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.reports.document import ENV_BEGIN, ENV_END, without_environment
 from egf_audit.scenarios.audit import mode_scenarios
@@ -177,7 +177,7 @@ def test_unexpected_internal_error_exits_3(fake, monkeypatch):
     def broken(report):
         raise RuntimeError("renderer exploded")
 
-    monkeypatch.setattr(runner_module, "render_document", broken)
+    monkeypatch.setattr(commands, "render_document", broken)
     result = invoke("run", "--device", "cpu")
     assert_one_line_error(result, 3, "internal error: RuntimeError: renderer exploded")
 

@@ -13,7 +13,7 @@ import torch
 from egf_audit.invariants.egf010_oracle_agreement import INVARIANT as EGF010
 from egf_audit.invariants.egf010_oracle_agreement import MAX_LISTED, _number
 from egf_audit.oracle import compare as oracle
-from egf_audit.oracle import model as oracle_model
+from egf_audit.oracle import model
 from egf_audit.oracle.compare import compare_step
 from egf_audit.pipeline.config import Config, preset_config
 from egf_audit.pipeline.instance import Probes
@@ -226,7 +226,7 @@ def test_relu_band_covers_the_fp32_error(shift):
     params = {"w_s2": w.double(), "b_s2": b.double()}
     x64 = x32.double() + shift * torch.randn(x32.shape, generator=gen, dtype=torch.float64)
     z64 = x64 @ params["w_s2"].T + params["b_s2"]
-    band = oracle_model.relu_band(params, "h_s2", z64, x32.double())
+    band = model.relu_band(params, "h_s2", z64, x32.double())
     assert ((z32 - z64).abs() <= band).all()
     # a worst-case bound, yet a narrow one: at K = 1024 it exempts pre-activations within a few
     # tenths of a percent of a typical |z| (plus the measured input difference)
@@ -239,12 +239,12 @@ def test_relu_band_covers_the_fp32_error(shift):
 def test_wire_gate_scales_the_gradient_and_closes_exactly_at_zero():
     wire = torch.tensor([0.25, -0.5, 0.75], dtype=torch.float64, requires_grad=True)
     upstream = torch.tensor([2.0, float("nan"), float("-inf")], dtype=torch.float64)
-    out = oracle_model.WireGate.apply(wire, 0.0)
+    out = model.WireGate.apply(wire, 0.0)
     assert torch.equal(out, wire.detach())
     (grad,) = torch.autograd.grad(out, wire, upstream)
     assert torch.equal(grad, torch.zeros(3, dtype=torch.float64))
     assert not torch.signbit(grad).any()  # +0.0, not -0.0
-    out = oracle_model.WireGate.apply(wire, 0.37)
+    out = model.WireGate.apply(wire, 0.37)
     (grad,) = torch.autograd.grad(out, wire, torch.tensor([2.0, -1.0, 4.0], dtype=torch.float64))
     assert torch.equal(grad, torch.tensor([0.74, -0.37, 1.48], dtype=torch.float64))
 

@@ -9,7 +9,7 @@ the updated state) and checks, as SPEC section 4's EGF010 note asks:
    the float64 model's, except near-ties: where the float64 value lies closer to the kink or the
    tie than the fp32 value can lie from it. For a ReLU input that distance is the exactly
    computed effect of the layer's input difference plus a proven bound of the layer's own fp32
-   rounding (oracle_model.relu_band); for a Q value it is |Q32 - Q64|, measured. Near-ties are
+   rounding (model.relu_band); for a Q value it is |Q32 - Q64|, measured. Near-ties are
    counted, never failed.
 2. values: the float64 model run with the pipeline's decisions gives every gradient in grad_buf
    within ABS_TOL + REL_TOL * max|ref| per tensor.
