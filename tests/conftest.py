@@ -7,6 +7,8 @@
   (`ci_audit_run`) that read-only tests can share.
 - CLI tests run in `workdir` (a trainer repository's root) and, through `fake`, on that recorded
   audit with invariant verdicts they pick (tests/cli_fakes.py).
+- Hypothesis runs as many examples as the profile `HYPOTHESIS_PROFILE` names: "ci" (the
+  default, every pull request) or "nightly".
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from egf_audit.pipeline.config import Config
@@ -28,6 +31,14 @@ if TYPE_CHECKING:
 # changes no result. It must be set before torch loads its OpenMP runtime, so this file
 # imports egf_audit (and with it torch) only inside the fixtures below.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Examples per hypothesis test. The property test (tests/test_properties.py) runs one audit
+# step and three faulty ones per example, about a second each on the CPU: "ci" keeps it near
+# 20 s for every pull request, "nightly" (HYPOTHESIS_PROFILE=nightly) explores 50 times as many
+# shapes. Unknown names fail at collection, as hypothesis refuses them.
+settings.register_profile("ci", max_examples=20)
+settings.register_profile("nightly", max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 CI_ENVIRONMENT = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "FORCE_COLOR", "CLICOLOR_FORCE")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
@@ -408,6 +408,7 @@ def test_a_mode_without_traces_fails(ci_audit_run, code):
 FP32 = st.floats(min_value=-(2.0**100), max_value=2.0**100, width=32)  # no overflow
 
 
+@settings(max_examples=100)  # cheap: hypothesis's default count, whatever the profile
 @given(online=FP32, target=FP32)
 def test_polyak_tolerance_admits_both_kernel_roundings(online, target):
     """The bound EGF005 applies holds for the kernel as the CPU compiles it (two products and a

@@ -1,5 +1,6 @@
 """Property: at any small shape (B from 1, SH2 from 1, odd widths) the clean pipeline passes
-every invariant, and each historical K mismatch is caught at that shape."""
+every invariant, and each historical K mismatch is caught at that shape. How many shapes a run
+draws is the hypothesis profile's (tests/conftest.py: "ci" by default, "nightly")."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from egf_audit.scenarios.audit import Auditor
 from egf_audit.scenarios.faults import FAULTS_BY_NAME
 
 K_MISMATCHES = ("fwd-k-sh2", "dw-k-sh2", "dx-k-sh2")
-EXAMPLES = 200
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,7 @@ def _config(shape: dict, seed: int) -> Config:
     return dataclasses.replace(base, dims=dataclasses.replace(base.dims, **shape))
 
 
-@settings(
-    max_examples=EXAMPLES,
+@settings(  # max_examples: the profile's
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
