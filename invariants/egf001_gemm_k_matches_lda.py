@@ -179,15 +179,25 @@ def _allocation_problem(ct: CaptureTrace, pointer: object, last: int) -> str | N
     return None
 
 
-def _capture_operand_problem(ct: CaptureTrace, b: Binding) -> str | None:
+def _capture_operand_problem(ct: CaptureTrace, x: Launch, b: Binding) -> str | None:
     """The rebuild's operand rule where the capture named the operand's tensor; a flat
-    allocation the layout gives no shape is judged by its span of the allocation only."""
+    allocation the layout gives no shape, or an operand no name covers, is judged by its span
+    of the allocation holding it (the span from the GEMM's own arguments)."""
     if b.region is None:
-        return _allocation_problem(ct, b.pointer, b_extent(b))
+        return _allocation_problem(ct, b.pointer, _gemm_extent(x, b.role))
     buffer = ct.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
         return None
     return _extent_problem(b)
+
+
+def _gemm_extent(x: Launch, role: str) -> int:
+    """Elements from a GEMM operand's pointer to one past its last element, from the call's
+    (transa, transb, m, n, k, lda, ldb, ldc): what it touches whether or not a name covers it."""
+    if not all(k in x.args for k in GEMM_ARGS):
+        return 0
+    rows, width, ld = gemm_operand_boxes(GemmShape.of(x.args))[role]
+    return 0 if rows <= 0 or width <= 0 else (rows - 1) * ld + width
 
 
 def b_extent(b: Binding) -> int:
@@ -221,7 +231,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             continue
         problem = k_sh2_signature(x, sh2)
         for b in x.bindings:
-            if problem is None and (p := _capture_operand_problem(ct, b)) is not None:
+            if problem is None and (p := _capture_operand_problem(ct, x, b)) is not None:
                 problem = f"operand {b.role} {p}"
         if problem is not None:
             bad.append(facts | {"problem": problem})
@@ -232,6 +242,16 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     for x in ct.trace.launches:
         if x.kind == "sgemm":
             continue
+        if x.kind in ("memset", "copy"):  # either end, named or not, inside its allocation
+            count = -(-int(x.args.get("bytes", 0)) // ELEMENT_BYTES)
+            for end in ("dst", "src"):
+                pointer = x.args.get(end)
+                if pointer and (problem := _allocation_problem(ct, pointer, count)) is not None:
+                    bad_launches.append(
+                        {"launch": x.index, "step": x.step, "label": x.label, "operand": end}
+                        | {"problem": problem}
+                    )
+                    break
         for b in x.bindings:
             if b.region is not None and not b.in_bounds:
                 problem = f"touches elements up to {b.region.last} of {b.region.buffer}"

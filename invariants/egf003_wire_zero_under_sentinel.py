@@ -43,6 +43,7 @@ from egf_audit.invariants.registry import (
     undecided,
 )
 from egf_audit.runtime.contract import (
+    ACCUMULATE_KERNEL,
     AFTER_INJECT,
     AFTER_SCALE,
     AUX_AFTER_WIRE,
@@ -199,6 +200,11 @@ def gate_sites(ct: CaptureTrace, judged: Callable[[np.float32], bool]) -> Verdic
         return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
     if not any(v.alpha is not None or v.wire_after is not None for v in views):
         return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
+    if not ct.sites:
+        return failed(
+            f"{SCALE_KERNEL} runs but no {ACCUMULATE_KERNEL} launch: no call site shows where the "
+            "gated wire goes"
+        )
     alphas = step_alphas(views)
     sites = [site for site in ct.sites if site.step in alphas and judged(alphas[site.step])]
     return GateSites(views, gate_problems(ct, views), dims_of(ct), sites)

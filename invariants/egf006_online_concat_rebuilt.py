@@ -25,7 +25,6 @@ from egf_audit.invariants.registry import (
     failed_at_sites,
     failed_with,
     passed,
-    undecided,
 )
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
@@ -160,8 +159,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     scratch before that GEMM is sp14_dir_concat_qaux on the online save_h_s2 with every
     argument as the contract says. The values themselves are not captured: where the rebuild
     compares bits, the capture proves the data flow."""
-    if not ct.sites:
-        return undecided(f"no {ACCUMULATE_KERNEL} launch: no call site found")
+    if not ct.sites:  # a process audited for its ABI launches whose backward never ran
+        return failed(f"no {ACCUMULATE_KERNEL} launch: no call site, no d = 0 dW GEMM to judge")
     d = dims_of(ct)
     launches = ct.trace.launches
     problems = []

@@ -38,7 +38,7 @@ from egf_audit.invariants.common import (
     production,
     steps,
 )
-from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     BEFORE_BACKWARD_FULL,
@@ -328,8 +328,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     rebuild recomputes needs the aux and value dX, which a capture does not keep: its parts
     are the accumulates checked here. UNDECIDED never: with no accumulate snapshot the values
     part fails as missing only when other accumulates were snapshotted."""
-    if not ct.sites:
-        return undecided(f"no {ACCUMULATE_KERNEL} launch: no call site found")
+    if not ct.sites:  # a process audited for its ABI launches whose backward never ran
+        return failed(f"no {ACCUMULATE_KERNEL} launch: no branch's dX reaches d_h_s2")
     d = dims_of(ct)
     if "d_h_s2" not in ct.layout.buffers:
         raise Missing("d_h_s2 is not named (layout file or accumulate launch)")
