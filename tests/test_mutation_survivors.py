@@ -292,11 +292,18 @@ def gemm_rows_short(capture):
 
 
 def gemm_past_allocation(capture):
-    """The first trunk GEMM reads obs (which inference leaves unnamed) with row stride
-    2 * OBS: its last rows lie past obs and past the allocation holding it."""
+    """The first trunk GEMM reads obs (which inference leaves unnamed) from the start of the
+    allocation holding it, as a trainer without guard zones has it, with row stride 2 * OBS:
+    its last rows lie past that allocation."""
     proc = capture.main
     obs, width = capture.base("obs"), capture.dim("OBS")
     call = next(c for c in lies.gemm_calls(proc) if lies.gemm_arg(c, "B") == obs)
+    (start,) = (
+        e["dst"]
+        for e in proc.events
+        if e.get("ev") == "alloc" and e["dst"] <= obs < e["dst"] + e["bytes"]
+    )
+    lies.set_gemm_pointer(call, "B", start)
     lies.set_gemm_int(call, "ldb", 2 * width)
     return capture
 
@@ -310,6 +317,52 @@ def copy_past_source(capture):
     event = lies.memory_event(proc, "copy", "cuMemcpyDtoDAsync_v2", dst, src, nbytes, 0)
     event["_sets"] = []
     lies.insert_after(proc, s.accumulates[-1], [event])
+    return capture
+
+
+def download_past_its_allocation(capture):
+    """After step 0's first Polyak the trainer copies obs to the host with 4 times its size in
+    bytes: the copy's source runs past obs and past the allocation holding it (inference
+    names no obs)."""
+    proc = capture.main
+    obs = capture.base("obs")
+    nbytes = 16 * capture.dim("B") * capture.dim("OBS")
+    event = lies.memory_event(proc, "copy", "cuMemcpyDtoHAsync_v2", 0, obs, nbytes, 0)
+    lies.insert_after(proc, lies.kernels(proc, POLYAK)[0], [event])
+    return capture
+
+
+def _vector_gemm_operand_past_allocation(role: str):
+    def edit(capture):
+        """Step 0's first m = n = 1 GEMM (a dot product over the batch: a one-column A, a
+        one-row B) reads its ROLE operand from 8 elements before the end of the allocation
+        holding it: the rest of its B elements lie past that allocation (inference names
+        neither operand)."""
+        proc, b = capture.main, capture.dim("B")
+        call = next(
+            c
+            for c in lies.gemm_calls(proc)
+            if (lies.gemm_arg(c, "m"), lies.gemm_arg(c, "n"), lies.gemm_arg(c, "k")) == (1, 1, b)
+            and lies.gemm_arg(c, "transa") == "N"
+        )
+        pointer = lies.gemm_arg(call, role)
+        (end,) = (
+            e["dst"] + e["bytes"]
+            for e in proc.events
+            if e.get("ev") == "alloc" and e["dst"] <= pointer < e["dst"] + e["bytes"]
+        )
+        lies.set_gemm_pointer(call, role, end - 4 * 8)
+        return capture
+
+    edit.__doc__ = edit.__doc__.replace("ROLE", role)
+    return edit
+
+
+def own_tau(capture):
+    """A trainer whose Polyak blends with its own tau, 0.01, which its layout file states."""
+    capture.layout["dims"]["tau"] = 0.01
+    for k in lies.kernels(capture.main, POLYAK):
+        lies.set_arg(k, "tau", 0.01)
     return capture
 
 
@@ -488,10 +541,10 @@ def dx_k_sh2_cql_ungated(capture):
 
 
 def no_nan_branch_then_dx_zeroed(capture):
-    """The scale without its alpha == 0 branch (-0.0 left under the sentinel), and step 0's
-    cql site zeroing the whole dX buffer after its scale, before its accumulates."""
-    lies.scale_no_nan_branch(capture)
+    """Step 0's cql-site scale without its alpha == 0 branch (-0.0 left under the sentinel),
+    and the site zeroing the whole dX buffer after it, before its accumulates."""
     proc, s = capture.main, _site(capture, 0, "cql")
+    s.scale["_bug"] = {"nan_branch": False}
     nbytes = capture.layout["buffers"][DIR_DX]["bytes"]
     zero = lies.memory_event(proc, "memset", "cuMemsetD8Async", capture.base(DIR_DX), 0, nbytes, 0)
     lies.insert_after(proc, s.scale, [zero])
@@ -778,6 +831,20 @@ CAPTURE_CASES: dict[str, CaptureCase] = {
         with_layout=False,
         fail=frozenset({"EGF001"}),
     ),
+    "download-past-its-allocation-inferred": CaptureCase(
+        _lie(download_past_its_allocation), with_layout=False, fail=frozenset({"EGF001"})
+    ),
+    "polyak-with-the-layouts-own-tau": CaptureCase(_lie(own_tau), passes=True),
+    "one-column-operand-past-its-allocation-inferred": CaptureCase(
+        _lie(_vector_gemm_operand_past_allocation("A")),
+        with_layout=False,
+        fail=frozenset({"EGF001"}),
+    ),
+    "one-row-operand-past-its-allocation-inferred": CaptureCase(
+        _lie(_vector_gemm_operand_past_allocation("B")),
+        with_layout=False,
+        fail=frozenset({"EGF001"}),
+    ),
     "copy-past-its-source": CaptureCase(_lie(copy_past_source), fail=frozenset({"EGF001"})),
     "b1-fwd-k-short-shape-form": CaptureCase(
         lambda folder, with_layout: _shape_form_lie(folder),
@@ -1011,11 +1078,11 @@ def test_a_stale_layout_file_gives_way_to_inference(made):
 
 
 # A trainer that launches the scale (with its snapshots, under a closed and an open gate) but
-# never accumulates a branch's dX into d_h_s2 has no call site in convert.py's model, and these
-# capture checks then return UNDECIDED (`if not ct.sites` / no closed or open site), which their
-# docstrings rule out: EGF003 "UNDECIDED only when no scale launch was snapshotted, or none ran
-# with the gate at 0"; EGF004 the same for an open gate; EGF007 "UNDECIDED never". Only EGF008
-# fails the capture. The checks are not fixed here: these tests fail until they are.
+# never accumulates a branch's dX into d_h_s2 has no call site in convert.py's model. These
+# capture checks returned UNDECIDED there (`if not ct.sites` / no closed or open site), which
+# their docstrings rule out: EGF003 "UNDECIDED only when no scale launch was snapshotted, or none
+# ran with the gate at 0"; EGF004 the same for an open gate; EGF007 "UNDECIDED never". Found by
+# the mutation run (strict xfails first), fixed in the checks since: these tests keep it fixed.
 NO_SITE_MUST_FAIL = {
     "EGF003": "a scale ran under ISV[393] = 0 with its snapshots, yet no site exists to judge",
     "EGF004": "a scale ran under an open gate with its snapshots, yet no site exists to judge",
@@ -1560,6 +1627,16 @@ def spectral_norm_never_touches_v(ctx):
 
 
 @_run_case("EGF009")
+def adam_v_table_names_an_extra_tensor(ctx):
+    """adam_v's table holds a tensor params does not (a stale entry)."""
+
+    def edit(layout):
+        layout["adam_v"]["tensors"]["w_stale"] = [0, 1, 1]
+
+    return _layout_edited(ctx, edit)
+
+
+@_run_case("EGF009")
 def an_adam_update_missing(ctx):
     match = lambda x: x.step == 0 and x.name == "adam_update"  # noqa: E731
     return _launches_edited(ctx.clean, "sentinel", _once(match, lambda x: None))
@@ -1664,6 +1741,24 @@ def gate_probes_missing(ctx):
     def drop(x):
         probe = x.kind == "checkpoint" and x.name.startswith(GATE_PROBE_PREFIX)
         return None if probe and x.name != f"{GATE_PROBE_PREFIX}start" else x
+
+    return _launches_edited(ctx.clean, "probe/gate", drop)
+
+
+@_run_case("EGF012")
+def gate_probes_all_finite(ctx):
+    """The gate probe scenario without its non-finite probes (their checkpoints)."""
+    from egf_audit.invariants.egf012_gate_range_fail_closed import NONFINITE_INPUTS
+
+    def drop(x):
+        nonfinite = x.kind == "checkpoint" and (
+            x.args.get("input") in NONFINITE_INPUTS
+            or (
+                isinstance(x.args.get("previous"), float)
+                and x.args["previous"] != x.args["previous"]
+            )
+        )
+        return None if nonfinite else x
 
     return _launches_edited(ctx.clean, "probe/gate", drop)
 
