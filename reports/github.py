@@ -1,5 +1,6 @@
 """GitHub Actions output (GITHUB_ACTIONS=true, or `--output-format github`): workflow-command
-annotations on stdout and a markdown summary appended to $GITHUB_STEP_SUMMARY.
+annotations for stdout and the markdown of the step summary (`egf_audit.outputs.step_summary`
+appends it to $GITHUB_STEP_SUMMARY).
 
 An annotation carries `file=` and `line=` where a file is known, so GitHub shows it on the pull
 request's diff: the trainer's own kernel file (under `--kernels`) for a failure that involves
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from egf_audit.invariants.registry import FAIL, WARN
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 # the versions the step summary names, where the run info holds them
 Version = Literal["python", "numpy", "torch", "cupy"]
 VERSIONS: tuple[Version, ...] = ("python", "numpy", "torch", "cupy")
-STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
 # The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
 KERNEL_JUDGED_BY = {
     "EGF003": "sp14_scale_wire_col",
@@ -171,15 +170,3 @@ def step_summary(gate: Gate) -> str:
             "</details>",
         ]
     return "\n".join(lines) + "\n"
-
-
-def append_step_summary(text: str, path: str | None = None) -> None:
-    """Append to $GITHUB_STEP_SUMMARY, cut to what GitHub accepts. Raises OSError."""
-    target = path or os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return
-    file = Path(target)
-    room = STEP_SUMMARY_LIMIT - (file.stat().st_size if file.exists() else 0) - 1
-    data = text.encode("utf-8")[: max(room, 0)].decode("utf-8", "ignore").encode("utf-8")
-    with file.open("ab") as f:
-        f.write(data + b"\n")

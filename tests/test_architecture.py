@@ -1,7 +1,8 @@
 """The layers of the package and the one direction their imports may run.
 
     cli -> scenarios -> pipeline -> runtime (recorder -> trace)
-    invariants read a finished trace (runtime) and the oracle; reports render results.
+    invariants read a finished trace (runtime) and the oracle; reports render results;
+    outputs writes them (cli, bench and capture call it; reports never do).
 
 Every import counts: top-level, inside a function, and under TYPE_CHECKING, because a cycle that
 only type checkers see is still two modules that cannot be read apart.
@@ -34,9 +35,20 @@ ALLOWED: dict[str, set[str]] = {
     "oracle": {"runtime"},
     "invariants": {"runtime", "oracle", "kernels"},
     "reports": {"invariants", "runtime", "kernels"},
+    # writes files: the commands' rooms share it, the renderers (reports) never reach the disk
+    "outputs": set(),
     "scenarios": {"pipeline", "runtime", "invariants", "kernels"},
-    "bench": {"pipeline", "runtime", "oracle", "reports", "kernels"},
-    "capture": {"scenarios", "pipeline", "runtime", "invariants", "oracle", "reports", "kernels"},
+    "bench": {"pipeline", "runtime", "oracle", "reports", "outputs", "kernels"},
+    "capture": {
+        "scenarios",
+        "pipeline",
+        "runtime",
+        "invariants",
+        "oracle",
+        "reports",
+        "outputs",
+        "kernels",
+    },
     "cli": {
         "scenarios",
         "pipeline",
@@ -44,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
         "invariants",
         "oracle",
         "reports",
+        "outputs",
         "kernels",
         "bench",
         "capture",
@@ -151,6 +164,8 @@ def test_no_import_cycle():
         ("egf_audit.invariants.common", "egf_audit.pipeline.config", "invariants may not import"),
         ("egf_audit.oracle.compare", "egf_audit.pipeline.step", "oracle may not import"),
         ("egf_audit.runtime.trace", "egf_audit.pipeline.layout", "runtime may not import"),
+        ("egf_audit.reports.github", "egf_audit.outputs.atomic", "reports may not import"),
+        ("egf_audit.outputs.atomic", "egf_audit.reports.github", "outputs may not import"),
     ],
 )
 def test_a_planted_wrong_way_import_is_caught(module, planted, expected):

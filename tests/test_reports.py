@@ -1,24 +1,21 @@
 """The renderers: markdown escaping, operands without pointers, the wire-status table and the
-timeline (also under faults), the document's --check comparison, JUnit, JSON, GitHub escaping
-and atomic writes."""
+timeline (also under faults), the document's --check comparison, JUnit, JSON and GitHub escaping
+(writing files is tests/test_outputs.py's)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-import os
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 
 from egf_audit import invariants
-from egf_audit.errors import AuditEnvironmentError
 from egf_audit.invariants import Result
 from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
 from egf_audit.reports import github
-from egf_audit.reports.atomic import OutputBatch, write_atomic
 from egf_audit.reports.bindings import operand
 from egf_audit.reports.document import (
     ENV_BEGIN,
@@ -251,54 +248,6 @@ def test_github_workflow_command_escaping():
     line = github.command("error", "50%\nof rows", title="EGF001: k, lda")
     assert line == "::error title=EGF001%3A k%2C lda::50%25%0Aof rows"
     assert github.command("warning", "plain") == "::warning::plain"
-
-
-def test_step_summary_is_appended_within_githubs_limit(tmp_path, monkeypatch):
-    target = tmp_path / "summary.md"
-    target.write_text("earlier step\n")
-    monkeypatch.setattr(github, "STEP_SUMMARY_LIMIT", 40)
-    github.append_step_summary("x" * 100, str(target))
-    text = target.read_text()
-    assert text.startswith("earlier step\n") and len(text.encode()) <= 40
-
-
-# ---- atomic writes ----
-def test_atomic_write_keeps_the_old_file_when_replace_fails(tmp_path, monkeypatch):
-    target = tmp_path / "doc.md"
-    target.write_text("old\n")
-
-    def failing_replace(src, dst):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(AuditEnvironmentError, match=r"cannot write .*No space left"):
-        write_atomic(target, "new\n")
-    assert target.read_text() == "old\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["doc.md"]
-
-
-def test_batch_replaces_nothing_when_one_output_cannot_be_staged(tmp_path):
-    first = tmp_path / "doc.md"
-    first.write_text("old\n")
-    (tmp_path / "file").write_text("")
-    with pytest.raises(AuditEnvironmentError), OutputBatch() as batch:
-        batch.add(first, "new\n")
-        batch.add(tmp_path / "file" / "x.json", "{}")
-        batch.commit()
-    assert first.read_text() == "old\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.md", "file"]
-
-
-def test_atomic_write_keeps_the_file_mode_and_writes_lf(tmp_path):
-    target = tmp_path / "doc.md"
-    target.write_text("old\n")
-    target.chmod(0o640)
-    write_atomic(target, "a\nb\n")
-    assert target.stat().st_mode & 0o777 == 0o640
-    assert target.read_bytes() == b"a\nb\n"
-    new = tmp_path / "deep" / "er" / "new.md"
-    write_atomic(new, "x\n")
-    assert new.read_text() == "x\n"
 
 
 # ---- the verdict model ----

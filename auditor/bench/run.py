@@ -41,9 +41,9 @@ from egf_audit.bench.render import rich_table, targets_table, to_json, to_markdo
 from egf_audit.bench.report import BenchReport, Unavailable
 from egf_audit.bench.timing import Session, bench_session
 from egf_audit.errors import AuditEnvironmentError, UsageError, exception_line
+from egf_audit.outputs.atomic import write_atomic
 from egf_audit.pipeline.config import Config, ConfigError, preset_config, validate_dims
 from egf_audit.pipeline.step import SP14Pipeline
-from egf_audit.reports.atomic import write_atomic
 from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.kernel_sources import load_kernel_set

@@ -53,7 +53,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
-from egf_audit.reports.atomic import write_atomic
+from egf_audit.outputs.atomic import write_atomic
 
 from .build import build_recorder
 from .convert import to_trace
@@ -139,7 +139,7 @@ def capture_target(out: Path) -> Path:
 
     A symlink is followed, and the folder it points at is judged and replaced by the same rule
     (the link stays and points at the new capture), as reports are written through a symlink
-    (egf_audit.reports.atomic): replacing the link by a folder would quietly cut off what it was
+    (egf_audit.outputs.atomic): replacing the link by a folder would quietly cut off what it was
     set up to point at, and refusing it would refuse `capture -> /scratch/capture` made on
     purpose. A dangling link names the folder to create."""
     target = Path(os.path.realpath(out))

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.outputs.atomic import write_atomic
 from egf_audit.pipeline.config import load_config
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.pipeline.wiring import PRODUCTION
-from egf_audit.reports.atomic import write_atomic
 from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.kernel_sources import load_kernel_set
 from egf_audit.scenarios.faults import FAULTS_BY_NAME

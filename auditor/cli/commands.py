@@ -28,6 +28,7 @@ from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
 from egf_audit.errors import AuditEnvironmentError
+from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, load_config
 from egf_audit.reports import github
 from egf_audit.reports.document import first_stale_line, render_document, stale_diff
@@ -374,7 +375,7 @@ def deliver(
         outcome.annotations = github.annotation_commands(gate)
     if github.in_github_actions():
         try:
-            github.append_step_summary(step_summary(gate))
+            append_step_summary(step_summary(gate))
         except OSError as exc:
             # the summary is a courtesy to the reader of the job; it never changes the verdict
             outcome.notes.append(f"could not append to GITHUB_STEP_SUMMARY: {exc}")

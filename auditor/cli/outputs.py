@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egf_audit.errors import UsageError
-from egf_audit.reports.atomic import OutputBatch
+from egf_audit.outputs.atomic import OutputBatch
 
 STDOUT = "-"
 
