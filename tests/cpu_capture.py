@@ -1,7 +1,7 @@
 """`egf-audit capture` of the stand-in trainer, emulated on the CPU.
 
 The real recorder (auditor/capture/egf_capture_recorder.c) needs a GPU: CUPTI calls it back for
-every driver call of the trainer process. Here the stand-in (`egf_audit.capture.standin.main`)
+every driver call of the trainer process. Here the stand-in (`tests/standin/trainer.py`, `main`)
 runs on the CPU backend, wrapped in `RecordingBackend`, which delegates every call and writes,
 in program order, the event line(s) the recorder writes for the CUDA calls the CUDA backend
 (runtime/backends/cuda.py, through CuPy) makes in its place: per buffer the allocation of its
@@ -34,8 +34,8 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from standin import trainer as standin
 
-from egf_audit.capture import standin
 from egf_audit.capture.build import SOURCE as RECORDER_SOURCE
 from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.backends import select_backend
@@ -406,7 +406,7 @@ def capture_standin(
 ) -> Path:
     """A capture folder of the stand-in trainer (preset ci, `steps` steps: sentinel, live, ...)
     with `fault` put back (None: clean), as `egf-audit capture --out folder --layout L
-    [--values-max N] [--snapshot K ...] -- python -m egf_audit.capture.standin ...` writes it on
+    [--values-max N] [--snapshot K ...] -- python tests/standin/trainer.py ...` writes it on
     a GPU. Returns `folder`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -442,7 +442,7 @@ def capture_standin(
             inner.close()
         files.close()
     wall = time.perf_counter() - start
-    command = ["python3", "-m", "egf_audit.capture.standin", *argv[:-1], "layout.json"]
+    command = ["python3", "tests/standin/trainer.py", *argv[:-1], "layout.json"]
     manifest = {
         "command": command,
         "exit_code": exit_code,

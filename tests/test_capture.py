@@ -8,6 +8,7 @@ import ctypes
 import gzip
 import json
 import shutil
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -25,7 +26,8 @@ from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
 from egf_audit.runtime.contract import DIR_CONCAT, DIR_DX, SCALE_KERNEL, TARGET
 
-DATA = Path(__file__).parent / "data" / "capture"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "capture"
 DECIDED = tuple(inv.code for inv in INVARIANTS if inv.capture is not None)
 # The kill matrix the H200 gave for these captures, with the layout file and without it.
 CAUGHT_BY = {
@@ -248,11 +250,20 @@ def test_the_recorder_compiles_exports_its_entry_point_and_is_cached(tmp_path, m
 
 
 def test_the_standin_trains_with_a_fault_and_writes_a_layout_file(tmp_path):
-    from egf_audit.capture.standin import main
+    """Run as docs/capture.md says, from the repository root: a script of the tests, not a
+    module of the package."""
+    from standin.trainer import main
 
     layout = tmp_path / "layout.json"
     args = ["--device", "cpu", "--steps", "1", "--fault", "dw-k-sh2", "--layout-out", str(layout)]
-    assert main(args) == 0
+    done = subprocess.run(
+        [sys.executable, "tests/standin/trainer.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("standin: dw-k-sh2: 1 steps on cpu in ")
     params = load_layout_file(layout).buffers["params"]
     assert params.tensors["w_b0fc"][1:] == (32, 49)  # [ADV, SH2 + 1] at ci
     assert main(["--device", "cpu", "--fault", "no-such-fault"]) == 2

@@ -16,7 +16,7 @@ from egf_audit.invariants import INVARIANTS
 
 pytestmark = pytest.mark.gpu
 EGF = [sys.executable, "-m", "egf_audit"]
-STANDIN = [sys.executable, "-m", "egf_audit.capture.standin"]
+STANDIN = [sys.executable, str(Path(__file__).parent / "standin" / "trainer.py")]
 
 
 def _capture(tmp: Path, name: str, *standin_args: str, layout: bool = True) -> Path:

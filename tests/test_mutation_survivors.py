@@ -29,8 +29,8 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from standin import trainer as standin
 
-from egf_audit.capture import standin
 from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS_BY_CODE

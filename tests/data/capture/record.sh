@@ -10,6 +10,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 raw="$(mktemp -d)"
 layout="$raw/layout.json"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+# from the repository root, so each manifest records the stand-in's command as docs/capture.md
+# spells it (tests/standin/trainer.py, a script of the tests), not this machine's path to it
+cd "$here/../../.."
 
 capture() { # NAME, then the command
   local name="$1"
@@ -20,7 +24,7 @@ capture() { # NAME, then the command
   python "$here/shrink.py" "$raw/$name" "$out/$name"
 }
 
-standin=(python -m egf_audit.capture.standin --layout-out "$layout")
+standin=(python tests/standin/trainer.py --layout-out "$layout")
 capture clean "${standin[@]}"
 for fault in fwd-k-sh2 dw-k-sh2 dx-k-sh2 cql-site-ungated skip-scale skip-rebuild \
   no-zero-d-h-s2 scale-wrong-col target-grad-leak wrapper-on-main polyak-tau-swap \
@@ -38,12 +42,13 @@ python "$here/shrink.py" "$raw/not-a-trainer" "$out/not-a-trainer"
 capture two-processes python -c "
 import subprocess, sys, torch
 torch.ones(8, device='cuda').sum().item()
-sys.exit(subprocess.call([sys.executable, '-m', 'egf_audit.capture.standin', '--layout-out', '$layout']))"
+sys.exit(subprocess.call([sys.executable, 'tests/standin/trainer.py', '--layout-out', '$layout']))"
 
 # a trainer killed by a signal after its first step: no exit event, the manifest says so
 capture killed python -c "
-import os, signal
-from egf_audit.capture import standin
-standin.main(['--steps', '1', '--layout-out', '$layout'])
+import os, signal, sys
+sys.path.insert(0, 'tests/standin')
+import trainer
+trainer.main(['--steps', '1', '--layout-out', '$layout'])
 os.kill(os.getpid(), signal.SIGKILL)"
 rm -rf "$raw"

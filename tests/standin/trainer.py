@@ -1,6 +1,11 @@
 """A stand-in trainer: egf-audit's own SP14 step as a plain process, to be captured.
 
-    python -m egf_audit.capture.standin [--fault NAME] [--steps 2] [--layout-out FILE]
+    python tests/standin/trainer.py [--fault NAME] [--steps 2] [--layout-out FILE]
+
+from the repository root of a checkout where egf-audit is installed (`pip install -e .`). It
+lives with the tests, not in the package: it is a demonstration and a fixture maker that puts
+the fault catalogue's bugs back, nothing a user of the gate runs. The tests import it as
+`standin.trainer` (tests/ is on their path).
 
 Recorder off (plain mode): the process only trains, as the real trainer does, so a capture of
 it shares nothing with the auditing process but what the injected recorder writes. `--fault`
@@ -16,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from egf_audit.capture.layout import layout_document
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.outputs.atomic import write_atomic
 from egf_audit.pipeline.config import load_config
@@ -24,8 +30,6 @@ from egf_audit.pipeline.wiring import PRODUCTION
 from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.kernel_sources import load_kernel_set
 from egf_audit.scenarios.faults import FAULTS_BY_NAME
-
-from .layout import layout_document
 
 MODE_SCHEDULE = ("sentinel", "live")  # step k runs MODE_SCHEDULE[k % 2]
 
@@ -48,7 +52,7 @@ def write_layout(pipe: SP14Pipeline, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m egf_audit.capture.standin")
+    parser = argparse.ArgumentParser(prog="python tests/standin/trainer.py")
     parser.add_argument("--fault", default=None, help="a fault name (egf-audit mutants --help)")
     parser.add_argument("--preset", default="ci")
     parser.add_argument("--seed", type=int, default=0)
