@@ -1,20 +1,19 @@
 """The audit document, `docs/dqn-wire-up-audit.md`.
 
-Everything outside the environment block is a function of the code, the config and the seed
-only, so a document made on the GPU passes `--check` on the CPU; backend-dependent values (the
-device, the backend's libraries, the measured evidence numbers) live between ENV_BEGIN and
-ENV_END. Nothing that changes from run to run on one machine (timings, host, platform) is
-written at all: re-running the audit on an unchanged tree leaves the file byte for byte as it was.
+Every byte of it is a function of the audited sources, the config, the seed and egf-audit's
+version only, so a document made on a GPU passes `--check` on a CPU runner and every
+contributor's machine regenerates the same file. What depends on the machine (the device, the
+compiler and library versions, measured fp32 residues, timings) is never written here:
+reports/environment.py renders it for stdout and the step summary, and `--json` holds it.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
+import posixpath
 
 from egf_audit.reports.bindings import SGEMM_ARGS, number, operand, operands, scalar_args
 from egf_audit.reports.data_flow import data_flow
-from egf_audit.reports.environment import ENV_BEGIN, ENV_END, environment_block
 from egf_audit.reports.glossary import glossary
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
@@ -22,7 +21,6 @@ from egf_audit.reports.timeline import SITE_TITLES, STEPS, site_timeline
 from egf_audit.reports.wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
 from egf_audit.runtime.trace import Launch, Trace
 
-ENV_PLACEHOLDER = "(environment block: ignored by --check)"
 TITLE = "# SP14 DQN wire-up audit"
 
 
@@ -38,27 +36,18 @@ def render_document(report: AuditReport) -> str:
         _kernels(report),
         _configuration(report),
         _reference(report),
-        environment_block(report),
         _reproduce(report),
     ]
     return "\n\n".join("\n".join(s).rstrip() for s in sections) + "\n"
 
 
 # ---- the --check comparison ----
-_ENV_BLOCK = re.compile(re.escape(ENV_BEGIN) + r".*?" + re.escape(ENV_END), re.S)
-
-
-def without_environment(text: str) -> str:
-    """The document with its environment block emptied: what --check compares."""
-    return _ENV_BLOCK.sub(f"{ENV_BEGIN}\n{ENV_PLACEHOLDER}\n{ENV_END}", text)
-
-
 def stale_diff(committed: str, regenerated: str, path: str, limit: int = 60) -> list[str]:
-    """A unified diff (at most `limit` lines) of the parts --check compares; [] when current.
-    CRLF in the committed file counts as LF (a checkout with core.autocrlf is not stale)."""
-    committed = committed.replace("\r\n", "\n")
-    old = without_environment(committed).splitlines(keepends=True)
-    new = without_environment(regenerated).splitlines(keepends=True)
+    """A unified diff (at most `limit` lines) of the committed document against the regenerated
+    one; [] when current. CRLF in the committed file counts as LF (a checkout with
+    core.autocrlf is not stale)."""
+    old = committed.replace("\r\n", "\n").splitlines(keepends=True)
+    new = regenerated.splitlines(keepends=True)
     lines = [
         line if line.endswith("\n") else line + "\n"
         for line in difflib.unified_diff(
@@ -71,21 +60,24 @@ def stale_diff(committed: str, regenerated: str, path: str, limit: int = 60) -> 
 
 
 def first_stale_line(committed: str, regenerated: str) -> int | None:
-    """The committed file's first line (1-based) that --check finds different, for an
-    annotation on the pull request's diff; None when current."""
-    committed = committed.replace("\r\n", "\n")
-    old = without_environment(committed).splitlines()
-    new = without_environment(regenerated).splitlines()
+    """The committed file's first line (1-based) that differs, for an annotation on the pull
+    request's diff; None when current."""
+    old = committed.replace("\r\n", "\n").splitlines()
+    new = regenerated.splitlines()
     index = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), None)
     if index is None:
         if len(old) == len(new):
             return None
         index = min(len(old), len(new))
-    lines = committed.splitlines()
-    if ENV_BEGIN in lines and ENV_END in lines and index > old.index(ENV_BEGIN):
-        # the block was emptied to 3 lines for the comparison; count its real length back in
-        index += lines.index(ENV_END) - lines.index(ENV_BEGIN) - 2
-    return min(index, max(len(lines) - 1, 0)) + 1
+    return min(index, max(len(old) - 1, 0)) + 1
+
+
+def committed_sources(committed: str) -> str | None:
+    """The committed document's sources line (what it was made from), None if it has none."""
+    for line in committed.splitlines():
+        if line.startswith(SOURCES_LABEL):
+            return line[len(SOURCES_LABEL) :]
+    return None
 
 
 # ---- sections ----
@@ -99,13 +91,40 @@ def _header(report: AuditReport) -> list[str]:
         "",
         f"**Verdict:** {verdict_line(report)}",
         "",
+        SOURCES_LABEL + sources_line(report),
+        "",
         f"Audited the SP14 pipeline at preset {code(cfg.preset)}, seed {cfg.seed}, "
         f"{report.steps} training step{'s' * (report.steps != 1)} a run, "
         f"modes {' and '.join(report.modes)}; every launch recorded, "
         f"{len(report.invariants)} invariants proved from the recording. "
-        "The terms below define the trainer's names; the measured numbers behind each verdict "
-        "are in the environment block near the end.",
+        "The terms below define the trainer's names. The measured numbers behind each verdict "
+        "depend on the machine and are not written here: `egf-audit run` prints them and "
+        "`--json` holds them.",
     ]
+
+
+SOURCES_LABEL = "**Sources:** "
+
+
+def sources_line(report: AuditReport) -> str:
+    """Which kernel sources were audited, in words, at the top: a document made from
+    egf-audit's own reference kernels must not pass for a trainer's (`--check` compares it)."""
+    folders: dict[str, int] = {}
+    bundled = 0
+    for s in report.kernels.sources:
+        if s.origin == "kernels-dir":
+            folder = posixpath.dirname(s.path) or "."
+            folders[folder] = folders.get(folder, 0) + 1
+        else:
+            bundled += 1  # "fault:<name>" sources exist only inside the audit's own scenarios
+    total = len(report.kernels.sources)
+    parts = [
+        f"the trainer's folder {code(folder + '/')} ({n} of {total} kernels)"
+        for folder, n in sorted(folders.items())
+    ]
+    if bundled:
+        parts.append(f"egf-audit's bundled reference kernels ({bundled} of {total})")
+    return " and ".join(parts) + "."
 
 
 def _summary(report: AuditReport, code_: str) -> str:
@@ -295,8 +314,9 @@ def _reproduce(report: AuditReport) -> list[str]:
         report.command,
         "```",
         "",
-        "Run it from the repository root: the paths in this document are relative to it. The "
-        "device is left to `--device auto` (CUDA when a GPU works, else the CPU); the document "
-        "outside the environment block is the same on either. `egf-audit run --check` with the "
-        "same options fails while this file is stale.",
+        "Run it from the project root (the folder of the settings file, else the repository "
+        "root): the paths in this document are relative to it. The device is left to "
+        "`--device auto` (CUDA when a GPU works, else the CPU); the document is the same bytes "
+        "on either, and on every machine. `egf-audit run --check` with the same options fails "
+        "while this file is stale.",
     ]

@@ -1,6 +1,7 @@
-"""The document's environment block: what depends on the backend it was made on (the device,
-the backend's libraries, the measured evidence numbers, the cuBLAS witness). `--check` ignores
-everything between ENV_BEGIN and ENV_END, so a document made on a GPU is current on a CPU."""
+"""What depends on the machine a run was made on: the device, the backend's libraries and
+compiler, the measured evidence numbers (fp32 residues that move with the BLAS), the cuBLAS
+witness. None of it is in the audit document, which must be the same bytes on every machine
+(docs/ci-gate.md); `egf-audit run` prints it, the step summary shows it and `--json` holds it."""
 
 from __future__ import annotations
 
@@ -12,38 +13,39 @@ from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import AuditReport
 
-ENV_BEGIN = "<!-- egf-audit:env:begin -->"
-ENV_END = "<!-- egf-audit:env:end -->"
-EVIDENCE_CHARS = 400  # per verdict in the document; --json has all of it
+EVIDENCE_CHARS = 400  # per verdict in the summary and on stdout; --json has all of it
 
 
-def environment_block(report: AuditReport) -> list[str]:
-    env = report.environment
-    rows = [[code(k), v] for k, v in _flatten(env)]
-    evidence = [
-        [r.code, r.mode, code(_evidence(r.verdict.evidence))]
+def environment_rows(report: AuditReport) -> list[tuple[str, object]]:
+    """(key, value) of the environment, nested keys joined with dots."""
+    return _flatten(report.environment)
+
+
+def evidence_rows(report: AuditReport) -> list[tuple[str, str, str]]:
+    """(code, mode, evidence) of every verdict that carries measured evidence, shortened."""
+    return [
+        (r.code, r.mode, _evidence(r.verdict.evidence))
         for r in report.results
         if r.verdict.evidence
     ]
+
+
+def environment_markdown(report: AuditReport) -> list[str]:
+    """The environment, the measured evidence and the witness as markdown, for the step summary."""
     lines = [
-        ENV_BEGIN,
-        "## Environment",
+        "### Environment",
         "",
-        "What depends on the backend this document was made on. `egf-audit run --check` ignores "
-        "everything between the environment markers, so a document made on a GPU is current "
-        "on a CPU runner. Timings, host and platform are not written here (they change on every "
-        "run): `egf-audit run` prints them and `--json` holds them.",
-        "",
-        *table(["key", "value"], rows),
+        *table(["key", "value"], [[code(k), v] for k, v in environment_rows(report)]),
         "",
         "### Measured evidence",
         "",
     ]
+    evidence = [[c, m, code(e)] for c, m, e in evidence_rows(report)]
     if evidence:
         lines += table(["code", "mode", "evidence"], evidence)
     else:
         lines.append("No verdict carried evidence.")
-    return [*lines, *_witness(report), ENV_END]
+    return [*lines, *_witness(report)]
 
 
 def _witness(report: AuditReport) -> list[str]:

@@ -16,9 +16,10 @@ import re
 from typing import TYPE_CHECKING, Literal
 
 from egf_audit.invariants.registry import FAIL, WARN
+from egf_audit.reports.environment import environment_markdown
 from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
-from egf_audit.reports.model import STATUS_LABEL, CaptureReport, Gate
+from egf_audit.reports.model import STATUS_LABEL, AuditReport, CaptureReport, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
 
 if TYPE_CHECKING:
@@ -158,6 +159,8 @@ def step_summary(gate: Gate) -> str:
             f"Ran on {info.get('picked')} in {total:.1f} s: host {info.get('host')}, "
             f"{info.get('platform')}, {versions}.",
         ]
+    if isinstance(report, AuditReport):  # what the document leaves out: it is per machine
+        lines += ["", *environment_markdown(report)]
     if gate.stale and gate.diff:
         lines += [
             "",

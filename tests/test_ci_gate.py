@@ -188,7 +188,7 @@ def test_stale_annotation_points_at_the_documents_first_stale_line(fake, monkeyp
     ]
 
 
-def test_stale_line_after_the_environment_block_counts_the_block(fake, monkeypatch):
+def test_stale_line_near_the_end_is_the_committed_files_line(fake, monkeypatch):
     assert invoke("run", "--device", "cpu").exit_code == 0
     text = DOC.read_text().replace("## Reproduce", "## Reproduce (edited)")
     DOC.write_text(text)

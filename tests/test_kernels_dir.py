@@ -225,7 +225,7 @@ def test_a_whole_trainer_folder_is_audited_and_listed_in_the_document(tmp_path):
             assert (row["origin"], row["path"]) == ("kernels-dir", f"trainer/kernels/{file.name}")
             assert row["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
         else:
-            assert (row["origin"], row["path"]) == ("bundled", f"kernels/{kernel.file}")
+            assert (row["origin"], row["path"]) == ("bundled", f"egf-audit:kernels/{kernel.file}")
 
     document = (tmp_path / "audit.md").read_text()
     for row in rows.values():

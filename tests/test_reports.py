@@ -17,13 +17,8 @@ from egf_audit.invariants import Result
 from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
 from egf_audit.reports import github
 from egf_audit.reports.bindings import operand
-from egf_audit.reports.document import (
-    ENV_BEGIN,
-    ENV_END,
-    render_document,
-    stale_diff,
-    without_environment,
-)
+from egf_audit.reports.document import render_document, stale_diff
+from egf_audit.reports.environment import environment_markdown
 from egf_audit.reports.json_report import jsonable, render_json
 from egf_audit.reports.junit import render_junit
 from egf_audit.reports.markdown import cell, table
@@ -195,26 +190,32 @@ def test_document_sections_and_sgemm_table(ci_audit_run, kernel_set):
     assert text.endswith("\n") and not any(line != line.rstrip() for line in text.splitlines())
 
 
-def test_device_values_live_only_in_the_environment_block(ci_audit_run, kernel_set):
+def test_machine_values_never_reach_the_document(ci_audit_run, kernel_set):
+    """Device, versions, witness and measured evidence are per machine: two reports that differ
+    only there render the same bytes, and the step summary's markdown holds them instead."""
     a = make_report(ci_audit_run, evidence={"max_err": 1.5e-7}, kernels=kernel_set)
     b = dataclasses.replace(
         a,
         environment={"device": "cuda", "gpu": "H200"},
+        witness={"logged": 3, "recorded": 3, "matched": 3, "ok": True, "mismatches": []},
         results=tuple(
             dataclasses.replace(r, verdict=dataclasses.replace(r.verdict, evidence={"x": 2}))
             for r in a.results
         ),
     )
-    doc_a, doc_b = render_document(a), render_document(b)
-    assert doc_a != doc_b
-    assert without_environment(doc_a) == without_environment(doc_b)
-    assert "1.5e-07" in doc_a.split(ENV_BEGIN)[1].split(ENV_END)[0]
+    assert render_document(a) == render_document(b)
+    assert "1.5e-07" not in render_document(a) and "H200" not in render_document(b)
+    assert '{"max_err": 1.5e-07}' in "\n".join(environment_markdown(a))
+    summary_b = "\n".join(environment_markdown(b))
+    assert "| `gpu` | H200 |" in summary_b
+    assert "### cuBLAS witness: 3 of 3 GEMMs match" in summary_b
 
 
 def test_stale_diff_is_empty_when_current_and_short_when_not():
-    doc = f"# t\n\nline\n{ENV_BEGIN}\nA\n{ENV_END}\n"
-    assert stale_diff(doc, doc.replace("A", "B"), "d.md") == []
+    doc = "# t\n\nline\nA\n"
+    assert stale_diff(doc, doc, "d.md") == []
     assert stale_diff(doc.replace("\n", "\r\n"), doc, "d.md") == []
+    assert stale_diff(doc, doc.replace("A", "B"), "d.md") != []
     edited = doc.replace("line", "\n".join(f"other {i}" for i in range(200)))
     diff = stale_diff(edited, doc, "d.md", limit=10)
     assert diff[0] == "--- d.md (committed)\n"

@@ -36,6 +36,11 @@ class CaptureRequest:
     trace_out: Path | None = None
     output_format: str = "text"
     use_layout: bool = True
+    root: Path | None = None  # what the document's paths are relative to (None: see paths.py)
+
+    @property
+    def base(self) -> Path:
+        return self.root or document_base(self.out)
 
     def outputs(self) -> dict[str, Path | str | None]:
         stdout_format = None if self.output_format in ("text", "github") else STDOUT
@@ -51,7 +56,7 @@ class CaptureRequest:
         """The document's own command: the capture folder named by its role, never by where
         this capture happens to lie (the next capture of the same code lies elsewhere), and
         --out relative to the repository root, as the rebuild's document spells it."""
-        out = shown(self.out, document_base(self.out))
+        out = shown(self.out, self.base)
         spelled = "" if Path(out) == DEFAULT_CAPTURE_OUT else f" --out {out}"
         return f"egf-audit run --capture CAPTURE_DIR{spelled}"
 
@@ -114,7 +119,7 @@ def run_capture_audit(req: CaptureRequest) -> RunOutcome:
     audit = audit_capture(req.folder, use_layout=req.use_layout)
     report = capture_report(audit, req.command())
     document = render_capture_document(report)
-    gate = document_gate(report, document, req.out, req.check, document_base(req.out))
+    gate = document_gate(report, document, req.out, req.check, req.base)
     outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)
     outcome.typed_out = req.out.as_posix()
     if gate.stale:

@@ -31,7 +31,12 @@ from egf_audit.errors import AuditEnvironmentError
 from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, load_config
 from egf_audit.reports import github
-from egf_audit.reports.document import first_stale_line, render_document, stale_diff
+from egf_audit.reports.document import (
+    committed_sources,
+    first_stale_line,
+    render_document,
+    stale_diff,
+)
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
 from egf_audit.reports.model import AuditReport, CaptureReport, Gate, RunInfo
@@ -67,6 +72,14 @@ class RunRequest:
     output_format: str = "text"  # what stdout carries
     launch_timeout_s: float | None = None  # the kernel worker's per-launch watchdog (None: default)
     sanitize: bool = False  # the audit again under compute-sanitizer (CUDA only)
+    # a settings file names the kernels folder: every kernel must come from it, none bundled
+    kernels_only: bool = False
+    root: Path | None = None  # what the document's paths are relative to (None: see paths.py)
+    from_settings: frozenset[str] = frozenset()  # options the settings file supplied
+
+    @property
+    def base(self) -> Path:
+        return self.root or document_base(Path(self.out))
 
     def outputs(self) -> dict[str, Path | str | None]:
         """Every path the run writes (or, with --check, reads), by option."""
@@ -115,19 +128,22 @@ PATH_OPTIONS = ("--config", "--kernels", "--out")
 
 
 def reproduce_command(req: RunRequest, config: Config) -> str:
-    """The document's own command: paths relative to the repository root, run from there."""
-    base = document_base(Path(req.out))
+    """The document's own command: paths relative to the project root, run from there. It
+    spells every shaping option, wherever it came from (the command line or the settings
+    file), so the document does not depend on how the options were given."""
     return command_line(
-        shaping_options(req, config), PATH_OPTIONS, lambda p: shown(p, base), DEFAULT_OUT
+        shaping_options(req, config), PATH_OPTIONS, lambda p: shown(p, req.base), DEFAULT_OUT
     )
 
 
 def typed_command(req: RunRequest, config: Config) -> str:
     """The same options with the paths as this invocation typed them, for the stale message:
-    following it from where the user stands makes the same document."""
-    return command_line(
-        shaping_options(req, config), PATH_OPTIONS, lambda p: Path(p).as_posix(), DEFAULT_OUT
-    )
+    following it from where the user stands makes the same document. What the settings file
+    supplied is left out: the same command finds it again."""
+    options = shaping_options(req, config)
+    for key in req.from_settings:
+        options.pop("--" + key, None)
+    return command_line(options, PATH_OPTIONS, lambda p: Path(p).as_posix(), DEFAULT_OUT)
 
 
 VERSIONED: tuple[Literal["torch", "cupy"], ...] = ("torch", "cupy")  # named when loaded
@@ -228,12 +244,12 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     n_scenarios = sum(len(mode_scenarios(m)) for m in modes) + 2  # + wrapper and gate probes
     progress.plan(4 + n_scenarios + len(invariants.INVARIANTS) + 1)
     timer = _Timer()
-    base = document_base(Path(req.out))
+    base = req.base
 
     progress.step("config")
     config = timer("config", lambda: load_config(req.config_path, req.preset, req.seed))
     progress.step("kernel sources")
-    kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir))
+    kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir, only=req.kernels_only))
     witness_log = witness_run.start(req.device) if req.cublas_log else None
     progress.step(f"backend (--device {req.device}): compiling kernels")
     backend, picked = timer(
@@ -282,6 +298,12 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
             )
     if gate.stale:
         outcome.advice = f"run `{typed_command(req, config)}` and commit it"
+        if gate.stale_reason.startswith("was made from other sources"):
+            outcome.advice = f"it {gate.stale_reason}. " + (
+                'If the trainer\'s kernels are meant, pass --kernels DIR or set kernels = "DIR" '
+                "in the [tool.egf-audit] table of pyproject.toml (docs/ci-gate.md); if these "
+                f"sources are meant, {outcome.advice}"
+            )
     _write_outputs(req, outcome, run, seconds)
     return outcome
 
@@ -311,12 +333,16 @@ def document_gate(
     diff = stale_diff(committed, document, shown_out)
     if not diff:
         return Gate(report, shown_out, checked=True)
+    was, now = committed_sources(committed), committed_sources(document)
+    reason = "differs from the regenerated audit"
+    if was is not None and now is not None and was != now:
+        reason = f"was made from other sources ({was.rstrip('.')}) than this run audited ({now})"
     return Gate(
         report,
         shown_out,
         checked=True,
         stale=True,
-        stale_reason="differs from the regenerated audit",
+        stale_reason=reason,
         diff=tuple(diff),
         stale_line=first_stale_line(committed, document),
     )

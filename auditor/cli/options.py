@@ -109,6 +109,14 @@ Quiet = Annotated[
         metavar="",
     ),
 ]
+Isolated = Annotated[
+    bool,
+    typer.Option(
+        "--isolated",
+        help="Ignore the [tool.egf-audit] table of pyproject.toml (or egf-audit.toml).",
+        metavar="",
+    ),
+]
 Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.", metavar="")]
 
 

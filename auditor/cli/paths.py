@@ -11,20 +11,13 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-
-def repository_root(document: Path) -> Path | None:
-    """The nearest folder at or above the document's folder that holds `.git` (a folder in a
-    clone, a file in a worktree or submodule)."""
-    folder = document.absolute().parent
-    for candidate in (folder, *folder.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return None
+from egf_audit.cli.project import repository_root
 
 
 def document_base(document: Path) -> Path:
-    """What the document's paths are relative to."""
-    return repository_root(document) or document.absolute().parent
+    """What the document's paths are relative to (without a settings file: see project.py)."""
+    folder = document.absolute().parent
+    return repository_root(folder) or folder
 
 
 def shown(path: str | Path, base: Path) -> str:

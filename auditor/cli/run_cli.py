@@ -18,6 +18,7 @@ from egf_audit.cli.options import (
     ConfigFile,
     Debug,
     Device,
+    Isolated,
     JsonOut,
     JunitOut,
     KernelsDir,
@@ -34,9 +35,11 @@ from egf_audit.cli.options import (
 )
 from egf_audit.cli.outputs import STDOUT
 from egf_audit.cli.progress import progress_for
+from egf_audit.cli.project import ProjectSettings, find_settings, near
 
 if TYPE_CHECKING:
     from egf_audit.cli.commands import RunOutcome
+    from egf_audit.reports.model import AuditReport
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")  # the same as commands.DEFAULT_OUT
 
@@ -92,6 +95,7 @@ def run(
         ),
     ] = None,
     launch_timeout: LaunchTimeout = None,
+    isolated: Isolated = False,
     sanitize: Annotated[
         bool,
         typer.Option(
@@ -111,17 +115,27 @@ def run(
     recorded, proves every invariant in each mode, and writes --out. A run whose invariants
     fail still writes the document and exits 1. With GITHUB_ACTIONS=true it also prints
     workflow annotations and appends a summary to GITHUB_STEP_SUMMARY.
+
+    Options not given here come from the [tool.egf-audit] table of the nearest pyproject.toml
+    (or egf-audit.toml), found from any subfolder of the repository (docs/ci-gate.md).
     """
     stdout, stderr = consoles()
+    with exit_codes(debug):
+        settings = find_settings(isolated=isolated)
+    if not _given(ctx, "capture"):
+        capture = settings.capture
+    root = settings.root if settings.file is not None else None
     if capture is not None:
         with exit_codes(debug):
             check_output_format(output_format)
-            refuse_for_capture(ctx)
+            refuse_for_capture(ctx, settings)
             from egf_audit.cli import capture_commands
 
+            default_out = settings.out or settings.root / capture_commands.DEFAULT_CAPTURE_OUT
             capture_request = capture_commands.CaptureRequest(
-                folder=capture,
-                out=out if _given(ctx, "out") else capture_commands.DEFAULT_CAPTURE_OUT,
+                folder=near(capture),
+                out=out if _given(ctx, "out") else near(default_out),
+                root=root,
                 check=check,
                 json_out=json_out,
                 junit_out=junit,
@@ -134,19 +148,27 @@ def run(
         check_output_format(output_format)
         from egf_audit.cli import commands  # torch, numpy and the pipeline load here
 
+        from_settings = frozenset(
+            key
+            for key in ("device", "preset", "config", "kernels", "out")
+            if not _given(ctx, key) and getattr(settings, key) is not None
+        )
         request = commands.RunRequest(
-            device=device,
-            preset=preset,
-            config_path=config,
+            device=device if _given(ctx, "device") else settings.device or device,
+            preset=preset if _given(ctx, "preset") else settings.preset,
+            config_path=config if _given(ctx, "config") else near(settings.config),
             seed=seed,
             steps=steps,
             mode=mode,
-            out=out,
+            out=out if _given(ctx, "out") else near(settings.out or settings.root / DEFAULT_OUT),
             check=check,
             json_out=json_out,
             junit_out=junit,
             trace_out=trace,
-            kernels_dir=kernels,
+            kernels_dir=kernels if _given(ctx, "kernels") else near(settings.kernels),
+            kernels_only=settings.kernels is not None,
+            root=root,
+            from_settings=from_settings,
             cublas_log=cublas_log,
             output_format=output_format,
             launch_timeout_s=launch_timeout,
@@ -178,16 +200,18 @@ def _given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-def refuse_for_capture(ctx: typer.Context) -> None:
+def refuse_for_capture(ctx: typer.Context, settings: ProjectSettings) -> None:
     from egf_audit.errors import UsageError
 
     given = [name for name in REBUILD_ONLY if _given(ctx, name)]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        source = "" if _given(ctx, "capture") else f" ({settings.spelled('capture')})"
         raise UsageError(
             f"{flags} shape{'s' * (len(given) == 1)} the rebuild and mean{'s' * (len(given) == 1)} "
-            "nothing for --capture (the capture recorded the trainer as it ran): leave "
+            f"nothing for --capture{source} (the capture recorded the trainer as it ran): leave "
             f"{'it' if len(given) == 1 else 'them'} out"
+            + (", or --isolated to ignore the settings file" if source else "")
         )
 
 
@@ -210,6 +234,7 @@ def _print_run(
     """`human`: where the verdict table and line go, stdout unless stdout carries JSON or
     JUnit. GitHub annotations go there too (the runner reads workflow commands on either)."""
     from egf_audit.cli.tables import print_verdicts
+    from egf_audit.reports.model import AuditReport
 
     gate = outcome.gate
     report = gate.report
@@ -248,6 +273,8 @@ def _print_run(
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
     info = report.run_info
+    if table and isinstance(report, AuditReport):
+        _print_environment(human, report)
     if table:
         print_verdicts(human, report)
     if table and "timings_s" in info:
@@ -261,3 +288,14 @@ def _print_run(
             soft_wrap=True,
         )
     human.print(Text(gate.line()), soft_wrap=True)  # always the last line
+
+
+def _print_environment(human: Console, report: AuditReport) -> None:
+    """What the document leaves out because it depends on this machine: its versions and the
+    measured evidence behind each verdict (whole in --json)."""
+    from egf_audit.reports.environment import environment_rows, evidence_rows
+
+    env = ", ".join(f"{key} {value}" for key, value in environment_rows(report))
+    human.print(Text(f"environment: {env}"), soft_wrap=True)
+    for code, mode, evidence in evidence_rows(report):
+        human.print(Text(f"evidence {code}[{mode}]: {evidence}"), soft_wrap=True)

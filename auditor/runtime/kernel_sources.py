@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from egf_audit.errors import AuditEnvironmentError
+from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.kernels import KERNELS, KERNELS_BY_FILE, KernelSpec, bundled_source
 
 # Constructs the CPU backend cannot run faithfully (it runs one thread at a time).
@@ -59,7 +59,7 @@ class KernelSource:
     spec: KernelSpec
     text: str
     origin: str  # "bundled", "kernels-dir" or "fault:<name>"
-    path: str  # shown in the document: "kernels/<file>" or the file's path under DIR
+    path: str  # shown in the document: "egf-audit:kernels/<file>" or the file's path under DIR
     include_dir: str | None = None  # searched for `#include "..."` (a --kernels DIR), as nvcc -I
     # every header under include_dir when the source was read: (relative path, text)
     headers: tuple[tuple[str, str], ...] = ()
@@ -191,8 +191,15 @@ class KernelSet:
         return tuple(sorted(found.items()))
 
 
-def load_kernel_set(kernels_dir: str | os.PathLike[str] | None = None) -> KernelSet:
-    """The bundled kernels, with any same-named file from `kernels_dir` in their place."""
+BUNDLED_PREFIX = "egf-audit:"  # a bundled source's shown path: never mistaken for a trainer's file
+
+
+def load_kernel_set(
+    kernels_dir: str | os.PathLike[str] | None = None, only: bool = False
+) -> KernelSet:
+    """The bundled kernels, with any same-named file from `kernels_dir` in their place. `only`
+    (a settings file names the folder): every kernel must be there; none is taken from the
+    bundle, so a trainer repository is never audited against egf-audit's reference kernels."""
     replaced: dict[str, Path] = {}
     ignored: list[str] = []
     if kernels_dir is not None:
@@ -209,6 +216,16 @@ def load_kernel_set(kernels_dir: str | os.PathLike[str] | None = None) -> Kernel
                 f"--kernels {root}: holds no known kernel file (expected names like "
                 f"{KERNELS[0].file}; see kernels/README.md)"
             )
+    if only:
+        if kernels_dir is None:
+            raise UsageError("the settings file names no kernels folder to audit")
+        missing = [spec.file for spec in KERNELS if spec.file not in replaced]
+        if missing:
+            raise UsageError(
+                f"kernels folder {Path(kernels_dir).as_posix()} lacks {len(missing)} of "
+                f"{len(KERNELS)} kernel files ({', '.join(missing)}): a repository whose settings "
+                "name its kernels is audited from them alone, never from egf-audit's bundled ones"
+            )
     headers = headers_under(Path(kernels_dir)) if kernels_dir is not None and replaced else ()
     sources = []
     for spec in KERNELS:
@@ -221,7 +238,8 @@ def load_kernel_set(kernels_dir: str | os.PathLike[str] | None = None) -> Kernel
                 raise AuditEnvironmentError(f"{path}: cannot be read: {exc}") from None
             src = KernelSource(spec, text, "kernels-dir", str(path), str(path.parent), headers)
         else:
-            src = KernelSource(spec, bundled_source(spec.file), "bundled", f"kernels/{spec.file}")
+            shown = f"{BUNDLED_PREFIX}kernels/{spec.file}"
+            src = KernelSource(spec, bundled_source(spec.file), "bundled", shown)
         check_source(spec, src.text, src.path)
         sources.append(src)
     return KernelSet(tuple(sources), tuple(ignored))

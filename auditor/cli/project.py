@@ -1,0 +1,165 @@
+"""The trainer repository's own settings: a `[tool.egf-audit]` table, read once for every command.
+
+    [tool.egf-audit]          # pyproject.toml; egf-audit.toml has the same keys at top level
+    kernels = "cuda/kernels"  # relative to the file that says it
+    config = "egf-audit-dims.toml"
+    preset = "prod"
+    out = "docs/dqn-wire-up-audit.md"
+    device = "cpu"
+    capture = "captures/trainer"
+
+Found as ruff and black find theirs: from the working folder upwards, the first folder with an
+`egf-audit.toml`, or a `pyproject.toml` that has the table, wins; the search stops at the
+repository's root (the first folder holding `.git`), so a checkout never picks up a file of the
+folder it was cloned into. The folder of that file is the project root; without one, the
+repository root; outside a repository, the working folder. Default outputs are relative to the
+project root, so the gate finds the committed document from any subfolder.
+
+Command-line options override the table; `--isolated` ignores it. Reading imports nothing heavy
+(`egf-audit --help` and `explain` stay quick).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+from egf_audit.errors import UsageError
+
+TABLE = "tool.egf-audit"
+OWN_FILE = "egf-audit.toml"
+# a settings file is a few lines; anything larger (or not a regular file: a FIFO would block the
+# read forever) is refused before it is read
+MAX_SETTINGS_BYTES = 1 << 20
+PATH_KEYS = ("kernels", "config", "out", "capture")
+TEXT_KEYS = ("preset", "device")
+DEVICES = ("auto", "cuda", "cpu")
+# what a capture audit cannot use: naming them beside `capture` would be ignored by a bare run
+REBUILD_KEYS = ("kernels", "config", "preset", "device")
+
+
+@dataclass(frozen=True)
+class ProjectSettings:
+    """What the table says, paths made absolute against the file's folder. `file` None: no
+    settings file was found (or --isolated), and every value is None."""
+
+    root: Path
+    file: Path | None = None
+    kernels: Path | None = None
+    config: Path | None = None
+    preset: str | None = None
+    out: Path | None = None
+    device: str | None = None
+    capture: Path | None = None
+
+    @property
+    def source(self) -> str:
+        """The file and table, as a message names them."""
+        if self.file is None:
+            return "no settings file"
+        where = self.file.name if self.file.name == OWN_FILE else f"[{TABLE}] in {self.file.name}"
+        return where
+
+    def spelled(self, key: str) -> str:
+        """`key` as the user wrote it, for a message: `capture = "c" (egf-audit.toml)`."""
+        value = getattr(self, key)
+        if isinstance(value, Path) and self.file is not None:
+            value = Path(os.path.relpath(value, self.file.parent)).as_posix()
+        return f'{key} = "{value}" ({self.source})'
+
+
+@overload
+def near(path: Path) -> Path: ...
+@overload
+def near(path: None) -> None: ...
+def near(path: Path | None) -> Path | None:
+    """An absolute path as the working folder reaches it (`../kernels`), so that messages and the
+    command a stale document asks for read as if the user had typed the settings' paths."""
+    return None if path is None else Path(os.path.relpath(path))
+
+
+def repository_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` that holds `.git` (a folder in a clone, a file in
+    a worktree or a submodule)."""
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def find_settings(start: Path | None = None, isolated: bool = False) -> ProjectSettings:
+    """The settings that apply in `start` (default: the working folder)."""
+    here = (start or Path.cwd()).absolute()
+    repo = repository_root(here)
+    if isolated:
+        return ProjectSettings(root=repo or here)
+    for folder in (here, *here.parents):
+        own = folder / OWN_FILE
+        if own.exists():
+            return _settings(own, _read_toml(own))
+        pyproject = folder / "pyproject.toml"
+        if pyproject.exists():
+            data = _read_toml(pyproject)
+            table = (
+                data.get("tool", {}).get("egf-audit")
+                if isinstance(data.get("tool"), dict)
+                else None
+            )
+            if table is not None:
+                return _settings(pyproject, table)
+        if folder == repo:
+            break
+    return ProjectSettings(root=repo or here)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{path}: not a regular file (a settings file must be one)")
+    if info.st_size > MAX_SETTINGS_BYTES:
+        raise UsageError(
+            f"{path}: {info.st_size} bytes; a settings file may have at most {MAX_SETTINGS_BYTES}"
+        )
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.loads(handle.read(MAX_SETTINGS_BYTES + 1).decode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _settings(file: Path, table: object) -> ProjectSettings:
+    where = file.name if file.name == OWN_FILE else f"[{TABLE}] in {file}"
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: must be a table of settings")
+    known = (*PATH_KEYS, *TEXT_KEYS)
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"{where}: {key} must be a non-empty string, got {value!r}")
+        values[key] = (file.parent / value).absolute() if key in PATH_KEYS else value
+    if values.get("device", "auto") not in DEVICES:
+        raise UsageError(
+            f"{where}: device must be one of {', '.join(DEVICES)}, got {values['device']!r}"
+        )
+    if "capture" in values:
+        clash = [key for key in REBUILD_KEYS if key in values]
+        if clash:
+            raise UsageError(
+                f"{where}: capture makes `egf-audit run` audit the capture, which "
+                f"{', '.join(clash)} cannot shape: keep one way of gating per settings file"
+            )
+    return ProjectSettings(root=file.parent.absolute(), file=file.absolute(), **values)

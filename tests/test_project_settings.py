@@ -1,0 +1,214 @@
+"""The trainer repository's [tool.egf-audit] table (auditor/cli/project.py): found from any
+subfolder, paths relative to the file that names them, overridden by the command line, and a
+repository that names its kernels is never audited from egf-audit's bundled ones."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from cli_fakes import DOC, invoke
+
+from egf_audit.cli.project import MAX_SETTINGS_BYTES, find_settings
+from egf_audit.errors import UsageError
+from egf_audit.kernels import KERNELS, bundled_source
+
+VARIANTS = Path(__file__).parent / "kernel_variants"
+ACCUMULATE = "accumulate_d_h_s2_from_concat_kernel.cu"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def trainer_kernels(folder: Path) -> Path:
+    """A trainer's complete kernel folder: every ABI kernel, as the trainer ships it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for spec in KERNELS:
+        (folder / spec.file).write_text(bundled_source(spec.file))
+    return folder
+
+
+# ---- finding the table ----
+def test_the_nearest_table_is_found_from_a_subfolder_and_paths_are_its_own(workdir):
+    write(
+        workdir / "pyproject.toml",
+        """
+        [project]
+        name = "trainer"
+        [tool.egf-audit]
+        kernels = "cuda/kernels"
+        preset = "prod"
+        device = "cpu"
+        out = "audit/wire.md"
+        """,
+    )
+    deep = workdir / "src" / "deep"
+    deep.mkdir(parents=True)
+    settings = find_settings(deep)
+    assert settings.file == workdir / "pyproject.toml"
+    assert settings.root == workdir
+    assert settings.kernels == workdir / "cuda" / "kernels"
+    assert settings.out == workdir / "audit" / "wire.md"
+    assert (settings.preset, settings.device, settings.config, settings.capture) == (
+        "prod",
+        "cpu",
+        None,
+        None,
+    )
+
+
+def test_own_file_wins_and_a_pyproject_without_the_table_is_passed_over(workdir):
+    write(workdir / "pyproject.toml", '[tool.egf-audit]\npreset = "prod"\n')
+    write(workdir / "pkg" / "pyproject.toml", '[project]\nname = "pkg"\n')  # no table
+    settings = find_settings(workdir / "pkg")
+    assert settings.file == workdir / "pyproject.toml" and settings.preset == "prod"
+    write(workdir / "egf-audit.toml", 'preset = "ci"\n')
+    settings = find_settings(workdir / "pkg")
+    assert settings.file == workdir / "egf-audit.toml" and settings.preset == "ci"
+
+
+def test_the_search_stops_at_the_repository_root(tmp_path):
+    """A checkout never picks up the settings of the folder it was cloned into."""
+    write(tmp_path / "pyproject.toml", '[tool.egf-audit]\npreset = "prod"\n')
+    repo = tmp_path / "clone"
+    (repo / ".git").mkdir(parents=True)
+    settings = find_settings(repo)
+    assert settings.file is None and settings.root == repo
+    assert find_settings(repo / ".git").file is None
+
+
+def test_isolated_ignores_the_table(workdir):
+    write(workdir / "egf-audit.toml", 'preset = "prod"\n')
+    settings = find_settings(workdir, isolated=True)
+    assert settings.file is None and settings.preset is None and settings.root == workdir
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[tool.egf-audit]\nkernel = "k"\n', "unknown key 'kernel'"),
+        ("[tool.egf-audit]\npreset = 3\n", "preset must be a non-empty string, got 3"),
+        ('[tool.egf-audit]\ndevice = "tpu"\n', "device must be one of auto, cuda, cpu, got 'tpu'"),
+        ('[tool.egf-audit]\nkernels = ""\n', "kernels must be a non-empty string"),
+        ('[tool.egf-audit]\ncapture = "c"\nkernels = "k"\n', "keep one way of gating"),
+        ("[tool.egf-audit\n", "not valid TOML"),
+        ('[tool]\negf-audit = "x"\n', "must be a table of settings"),
+    ],
+)
+def test_a_bad_table_is_one_line_and_exit_2(workdir, text, said):
+    write(workdir / "pyproject.toml", text)
+    with pytest.raises(UsageError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        find_settings(workdir)
+    result = invoke("run", "--device", "cpu")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and said in result.stderr
+
+
+def test_an_oversized_settings_file_is_refused_unread(workdir):
+    (workdir / "egf-audit.toml").write_bytes(b"#" * (MAX_SETTINGS_BYTES + 1))
+    with pytest.raises(UsageError, match="a settings file may have at most"):
+        find_settings(workdir)
+
+
+def test_a_fifo_as_settings_file_is_refused_without_blocking(workdir):
+    os.mkfifo(workdir / "egf-audit.toml")
+    done = subprocess.run(
+        [sys.executable, "-m", "egf_audit", "run", "--device", "cpu"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "not a regular file" in done.stderr and done.stderr.count("\n") == 1
+
+
+# ---- what `run` does with it (recorded audit: fast) ----
+def test_the_document_is_found_from_any_subfolder(fake, workdir):
+    assert invoke("run", "--device", "cpu").exit_code == 0
+    sub = workdir / "src" / "models"
+    sub.mkdir(parents=True)
+    os.chdir(sub)
+    result = invoke("run", "--device", "cpu", "--check")
+    assert result.exit_code == 0, result.output
+    assert "up to date" in result.stderr
+    assert not (sub / DOC).exists()
+
+
+def test_table_values_apply_and_the_command_line_overrides_them(fake, workdir):
+    trainer_kernels(workdir / "cuda" / "kernels")
+    write(workdir / "pyproject.toml", '[tool.egf-audit]\nkernels = "cuda/kernels"\nout = "a.md"\n')
+    sub = workdir / "tools"
+    sub.mkdir()
+    os.chdir(sub)
+    assert invoke("run", "--device", "cpu").exit_code == 0
+    text = (workdir / "a.md").read_text()
+    assert "**Sources:** the trainer's folder `cuda/kernels/` (20 of 20 kernels)." in text
+    assert "egf-audit run --kernels cuda/kernels" in text and "--out a.md" in text
+    # the command line wins: another document, from the bundled kernels
+    assert invoke("run", "--device", "cpu", "--isolated", "--out", "b.md").exit_code == 0
+    assert (
+        "**Sources:** egf-audit's bundled reference kernels (20 of 20)."
+        in (sub / "b.md").read_text()
+    )
+
+
+def test_a_table_naming_an_incomplete_kernels_folder_is_refused(fake, workdir):
+    folder = trainer_kernels(workdir / "k")
+    (folder / ACCUMULATE).unlink()
+    write(workdir / "egf-audit.toml", 'kernels = "k"\n')
+    result = invoke("run", "--device", "cpu")
+    assert result.exit_code == 2
+    assert f"kernels folder k lacks 1 of 20 kernel files ({ACCUMULATE})" in result.stderr
+    assert "never from egf-audit's bundled ones" in result.stderr
+
+
+def test_a_bare_check_against_a_trainer_document_says_the_sources_differ(fake, workdir):
+    """The user who forgot --kernels (and has no table) is told what happened, not only to
+    regenerate: that advice would replace the trainer's audit with egf-audit's own."""
+    trainer_kernels(workdir / "kernels")
+    assert invoke("run", "--device", "cpu", "--kernels", "kernels").exit_code == 0
+    result = invoke("run", "--device", "cpu", "--check")
+    assert result.exit_code == 1
+    assert (
+        "was made from other sources (the trainer's folder `kernels/` (20 of 20 kernels)) than "
+        "this run audited (egf-audit's bundled reference kernels (20 of 20).)"
+    ) in result.stderr
+    assert "pass --kernels DIR or set kernels" in result.stderr
+
+
+def test_capture_in_the_table_refuses_rebuild_options_naming_the_table(fake, workdir):
+    write(workdir / "egf-audit.toml", 'capture = "captures/trainer"\n')
+    result = invoke("run", "--kernels", "k")
+    assert result.exit_code == 2
+    assert 'capture = "captures/trainer" (egf-audit.toml)' in result.stderr
+    assert "--isolated" in result.stderr
+
+
+# ---- the whole story, real audits: a fresh trainer repository ----
+def test_a_bare_check_from_any_folder_audits_the_trainers_kernels_and_catches_a_stride_bug(
+    workdir,
+):
+    kernels = trainer_kernels(workdir / "cuda" / "kernels")
+    write(
+        workdir / "pyproject.toml", '[tool.egf-audit]\nkernels = "cuda/kernels"\ndevice = "cpu"\n'
+    )
+    (workdir / "src").mkdir()
+    os.chdir(workdir / "src")
+    made = invoke("run")
+    assert made.exit_code == 0, made.output
+    assert (workdir / DOC).exists()
+    os.chdir(workdir / "cuda")
+    assert invoke("run", "--check").exit_code == 0
+    bug = VARIANTS / "accumulate_d_h_s2_from_concat" / "bad_flat_index_ignores_ld.cu"
+    (kernels / ACCUMULATE).write_text(bug.read_text())
+    caught = invoke("run", "--check")
+    assert caught.exit_code == 1
+    assert "EGF007" in caught.stdout.splitlines()[-1]
