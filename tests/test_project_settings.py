@@ -212,3 +212,13 @@ def test_a_bare_check_from_any_folder_audits_the_trainers_kernels_and_catches_a_
     caught = invoke("run", "--check")
     assert caught.exit_code == 1
     assert "EGF007" in caught.stdout.splitlines()[-1]
+
+
+def test_capture_writes_to_the_tables_capture_folder_unless_told(workdir):
+    missing = invoke("capture", "--", "true")
+    assert missing.exit_code == 2
+    assert "--out DIR is missing" in missing.stderr
+    write(workdir / "egf-audit.toml", 'capture = "captures/trainer"\n')
+    from egf_audit.cli import capture_cli
+
+    assert capture_cli._settings_capture() == Path("captures/trainer")

@@ -16,7 +16,14 @@ CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 @with_help()
 def capture(
     command: Annotated[list[str], typer.Argument(help="The trainer's command, after --.")],
-    out: Annotated[Path, typer.Option("--out", help="The capture folder.", metavar="DIR")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="The capture folder (default: capture in the [tool.egf-audit] table).",
+            metavar="DIR",
+        ),
+    ] = None,
     layout: Annotated[
         Path | None,
         typer.Option(
@@ -47,7 +54,22 @@ def capture(
     Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a GPU is
     missing, the recorder did not load, or the command recorded no launch."""
     with exit_codes(debug):
+        if out is None:
+            out = _settings_capture()
         from egf_audit.capture import cli
 
         code = cli.capture(command, out, layout, snapshot, values_max)
     raise typer.Exit(code)
+
+
+def _settings_capture() -> Path:
+    from egf_audit.cli.project import find_settings, near
+    from egf_audit.errors import UsageError
+
+    settings = find_settings()
+    if settings.capture is None:
+        raise UsageError(
+            '--out DIR is missing: name the capture folder, or set capture = "DIR" in the '
+            "[tool.egf-audit] table of pyproject.toml"
+        )
+    return near(settings.capture)
