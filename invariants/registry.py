@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from egf_audit.invariant_text import TEXT_FIELDS, InvariantText
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
@@ -88,14 +89,13 @@ class Invariant:
         except Missing as exc:
             return failed(f"missing data: {exc}", missing=str(exc))
 
+    def text(self) -> InvariantText:
+        """The texts alone (what `egf-audit explain` reads without importing the checks)."""
+        return InvariantText(**{name: getattr(self, name) for name in TEXT_FIELDS})
+
     def doc(self) -> str:
         """The whole text, as `egf-audit explain CODE` prints it."""
-        return (
-            f"{self.code} {self.slug}\n\n{self.message}\n\n"
-            f"## What it proves\n{self.what}\n\n## Why it matters\n{self.why}\n\n"
-            f"## How it is measured\n{self.how}\n\n## Bug it catches\n{self.catches}\n\n"
-            f"## Known limits\n{self.limits}\n\n## Example\n{self.example}\n"
-        )
+        return self.text().doc()
 
 
 def passed(summary: str, **evidence: Any) -> Verdict:

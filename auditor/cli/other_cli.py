@@ -132,14 +132,12 @@ def list_invariants(
 ) -> None:
     """List the invariants: code, slug and one-line message."""
     stdout, _ = consoles()
-    from egf_audit.cli import other_commands
+    from egf_audit.cli import explain as texts
 
     if json_out:
-        stdout.file.write(other_commands.invariants_json())
+        stdout.file.write(texts.invariants_json())
         return
-    from egf_audit.cli.tables import invariants_table
-
-    stdout.print(invariants_table(other_commands.invariant_list()))
+    stdout.print(texts.invariants_table())
 
 
 @with_help()
@@ -158,9 +156,9 @@ def explain(
     """Print an invariant's full text: what it proves, why, how it is measured, the bug."""
     stdout, _ = consoles()
     with exit_codes(debug=False):
-        from egf_audit.cli import other_commands
+        from egf_audit.cli import explain as texts
 
-        text = other_commands.explain(name)
+        text = texts.explain(name)
     if raw:
         stdout.file.write(text)
     else:

@@ -9,18 +9,17 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from egf_audit import __version__, invariants
+from egf_audit import __version__
 from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError
 from egf_audit.pipeline.config import load_config
 from egf_audit.runtime.kernel_sources import load_kernel_set
 from egf_audit.scenarios import mutants
 from egf_audit.scenarios.faults import FAULTS
 
 MUTANTS_SCHEMA = "egf-audit/mutants/1"
-INVARIANTS_SCHEMA = "egf-audit/invariants/1"
 
 
 @dataclass
@@ -136,49 +135,6 @@ def run_mutants(
     outputs.write()
     outcome.stdout = outputs.stdout
     return outcome
-
-
-# ---- invariants, explain ----
-def invariant_list() -> tuple:
-    return tuple(invariants.INVARIANTS)
-
-
-def invariants_json() -> str:
-    data = {
-        "schema": INVARIANTS_SCHEMA,
-        "egf_audit_version": __version__,
-        "invariants": [
-            {
-                "code": inv.code,
-                "slug": inv.slug,
-                "message": inv.message,
-                "what": inv.what,
-                "why": inv.why,
-                "how": inv.how,
-                "catches": inv.catches,
-                "limits": inv.limits,
-                "example": inv.example,
-            }
-            for inv in invariants.INVARIANTS
-        ],
-    }
-    return json.dumps(data, indent=2) + "\n"
-
-
-def find_invariant(name: str):
-    """An invariant by code (`EGF003`, any case) or slug (`wire-zero-under-sentinel`)."""
-    wanted = name.strip()
-    for inv in invariants.INVARIANTS:
-        if inv.code == wanted.upper() or inv.slug == wanted.lower():
-            return inv
-    known = ", ".join(f"{inv.code} ({inv.slug})" for inv in invariants.INVARIANTS)
-    raise UsageError(f"unknown invariant {name!r} (known: {known})")
-
-
-def explain(name: str) -> str:
-    """The invariant's whole text (What / Why / How / Bug / Known limits / Example), as
-    markdown."""
-    return find_invariant(name).doc()
 
 
 # ---- bench ----

@@ -18,7 +18,6 @@ from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED, WARN
 from egf_audit.reports.model import AuditReport, CaptureReport
 
 if TYPE_CHECKING:
-    from egf_audit.invariants.registry import Invariant
     from egf_audit.scenarios.mutants import MutantsResult
 
 STATUS_STYLE = {
@@ -81,16 +80,6 @@ def print_verdicts(console: Console, report: AuditReport | CaptureReport) -> Non
             console.print(line, soft_wrap=True)
     else:
         console.print(verdict_table(report))
-
-
-def invariants_table(invariants: tuple[Invariant, ...]) -> Table:
-    table = Table(title="egf-audit invariants", title_justify="left")
-    table.add_column("code", no_wrap=True)
-    table.add_column("slug", no_wrap=True)
-    table.add_column("message")
-    for inv in invariants:
-        table.add_row(Text(inv.code), Text(inv.slug), Text(inv.message))
-    return table
 
 
 def fault_list(faults) -> Table:

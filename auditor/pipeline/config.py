@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from egf_audit.errors import UsageError
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.config_view import ConfigDict
@@ -37,7 +35,9 @@ MAX_DIM = 1 << 20
 # a config that cannot run must be refused before anything runs (exit 2), not die midway.
 MAX_LAYOUT_BYTES = 16 << 30
 MEMORY_SHARE = 4
-FP32_TINY, FP32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+# numpy's finfo(float32).tiny and .max, spelled out: `egf-audit config --example` reads this
+# module and must answer without importing numpy (tests/test_fast_commands.py)
+FP32_TINY, FP32_MAX = 2.0**-126, (2.0 - 2.0**-23) * 2.0**127
 
 
 class ConfigError(UsageError):

@@ -8,7 +8,7 @@ edit. Everything here is a name or a fixed index of the trainer, never a decisio
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from egf_audit.runtime.config_view import DimsView
 
@@ -90,7 +90,9 @@ GATE_PROBE_SCENARIO = "probe/gate"
 REPLAYED_STEP = 0  # every replay re-runs step 0 from the production run's initial state
 
 # what the audit injects into the upstream wire dX to prove the closed gate is NaN-safe
-NONFINITE_PATTERN = np.array([np.nan, np.inf, -np.inf, -1.0], np.float32)
+# (floats, not an array: this module is read by commands that must not import numpy; every
+# value is exact in fp32)
+NONFINITE_PATTERN: tuple[float, ...] = (math.nan, math.inf, -math.inf, -1.0)
 
 
 def param_shapes(dims: DimsView) -> list[tuple[str, int, int]]:
