@@ -89,7 +89,7 @@ def _injected_kinds(wire: np.ndarray) -> dict[str, int]:
 def _injection_seen(wire: np.ndarray) -> bool:
     """The wire column holds exactly what the audit injected: NaN, +Inf, -Inf, -1 cycled over
     the rows (the first rows only, when B < 4)."""
-    expected = np.resize(np.float32(NONFINITE_PATTERN), wire.size)
+    expected = np.resize(np.array(NONFINITE_PATTERN, np.float32), wire.size)
     return not bit_mismatch(wire, expected).any()
 
 

@@ -69,7 +69,7 @@ def call_site(p: TrainerInstance, site: str, probes: Probes) -> None:
         site_checkpoint(site, AFTER_BACKWARD_FULL), ["sp14_d_dir_qaux_concat", "d_h_s2", "grad_buf"]
     )
     if probes.inject_wire_nonfinite:
-        values = np.resize(np.float32(NONFINITE_PATTERN), B)
+        values = np.resize(np.array(NONFINITE_PATTERN, np.float32), B)
         rec.upload(
             f"audit:inject_nonfinite@{site}",
             p.ptr("sp14_d_dir_qaux_concat", element=S2),
