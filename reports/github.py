@@ -10,14 +10,14 @@ is a warning that holds: one `::notice`, not one `::warning` per mode.
 
 from __future__ import annotations
 
-import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from egf_audit.invariants.registry import FAIL, WARN
+from egf_audit.reports.blame import trainer_sources
 from egf_audit.reports.environment import environment_markdown
-from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, CaptureReport, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
@@ -28,15 +28,6 @@ if TYPE_CHECKING:
 # the versions the step summary names, where the run info holds them
 Version = Literal["python", "numpy", "torch", "cupy"]
 VERSIONS: tuple[Version, ...] = ("python", "numpy", "torch", "cupy")
-# The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
-KERNEL_JUDGED_BY = {
-    "EGF003": "sp14_scale_wire_col",
-    "EGF004": "sp14_scale_wire_col",
-    "EGF008": "sp14_scale_wire_col",
-    "EGF006": "sp14_dir_concat_qaux",
-    "EGF007": "accumulate_d_h_s2_from_concat",
-    "EGF005": "polyak_ema",
-}
 
 
 def in_github_actions() -> bool:
@@ -66,28 +57,40 @@ def entry_line(text: str, name: str) -> int:
     return text.count("\n", 0, m.end()) + 1 if m else 1
 
 
-def kernel_location(gate: Gate, result: Result) -> tuple[str, int] | None:
-    """(file, line) of the trainer's kernel a failed verdict involves, under --kernels only: a
-    bundled kernel is no file of the pull request."""
-    kernels = gate.report.kernels
-    if kernels is None:  # a capture reads no kernel source
-        return None
-    trainer = {s.spec.name: s for s in kernels.sources if s.origin == "kernels-dir"}
-    if not trainer:
-        return None
-    said = result.verdict.summary + " " + json.dumps(jsonable(result.verdict.evidence))
-    named = [name for name in trainer if name in said]
-    if not named and KERNEL_JUDGED_BY.get(result.code) in trainer:
-        named = [KERNEL_JUDGED_BY[result.code]]
-    if not named:
-        return None
-    source = trainer[named[0]]
-    return source.path, entry_line(source.text, source.spec.name)
+MAX_FILES_PER_FAILURE = 3  # GitHub shows at most 10 error annotations a step
 
 
-def annotation_commands(gate: Gate) -> list[str]:
-    """One ::error per failed verdict, one ::notice per invariant that warned (however many
-    modes), one ::error on the document when it is stale."""
+def _locations(
+    gate: Gate, result: Result, changed: Mapping[str, Sequence[tuple[int, int]]]
+) -> list[tuple[str, int, int, str]]:
+    """(file, line, end line, where) for each trainer kernel file a failure is blamed on: the
+    lines the pull request changed in it where there are any, else its entry line. When the
+    pull request changed some of the blamed files, only those."""
+    out = []
+    sources = list(trainer_sources(gate, result))
+    touched = [s for s in sources if changed.get(s.path)]
+    # a pull request that changed some of the blamed files is shown those: the other kernels
+    # are downstream of them (EGF010 blames every kernel that wrote a disagreeing tensor)
+    for source in (touched or sources)[:MAX_FILES_PER_FAILURE]:
+        entry = entry_line(source.text, source.spec.name)
+        hunks = changed.get(source.path)
+        if hunks:
+            first, last = hunks[0]
+            lines = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in hunks)
+            where = f"lines {lines} changed by this pull request; entry point at line {entry}"
+            out.append((source.path, first, last, where))
+        else:
+            out.append((source.path, entry, entry, ""))
+    return out
+
+
+def annotation_commands(
+    gate: Gate, changed: Mapping[str, Sequence[tuple[int, int]]] | None = None
+) -> list[str]:
+    """One ::error per failed verdict (one per blamed kernel file, at most three), one ::notice
+    per invariant that warned (however many modes), one ::error on the document when it is
+    stale. `changed`: the (first, last) lines a pull request changed, per file as shown."""
+    changed = changed or {}
     report = gate.report
     lines = []
     for r in report.results:
@@ -95,10 +98,14 @@ def annotation_commands(gate: Gate) -> list[str]:
             continue
         inv = report.invariant(r.code)
         slug, message = (inv.slug, inv.message) if inv else ("", "")
-        where = kernel_location(gate, r)
-        file, line = where if where else (None, None)
         text = f"[{r.mode}] {slug}: {message} ({r.verdict.summary})"
-        lines.append(command("error", text, title=r.code, file=file, line=line))
+        located = _locations(gate, r, changed)
+        if not located:
+            lines.append(command("error", text, title=r.code))
+        for file, line, end, where in located:
+            said = f"{text} [{file}: {where}]" if where else text
+            span = end if end != line else None
+            lines.append(command("error", said, title=r.code, file=file, line=line, endLine=span))
     for problem in report.problems():
         lines.append(command("error", problem, title="egf-audit --capture"))
     warned: dict[str, list[Result]] = {}

@@ -191,7 +191,7 @@ def test_passing_run_writes_document_and_prints_the_verdict_table(fake):
     assert f"wrote {DOC}" in result.stderr
     text = DOC.read_text()
     assert "**Verdict:** PASS" in text
-    assert "environment: device cpu" in result.stdout  # printed, never in the document
+    assert "; device cpu; backend.backend cpu; backend.device " in result.stdout  # never in the doc
     assert "environment" not in text.lower().split("## terms")[1]
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from egf_audit import __version__, invariants
 from egf_audit.cli import sanitize
 from egf_audit.cli import witness as witness_run
+from egf_audit.cli.changed_lines import base_ref, changed_hunks
 from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
@@ -76,6 +77,7 @@ class RunRequest:
     kernels_only: bool = False
     root: Path | None = None  # what the document's paths are relative to (None: see paths.py)
     from_settings: frozenset[str] = frozenset()  # options the settings file supplied
+    base_ref: str | None = None  # --base: annotate the lines changed since it (GitHub)
 
     @property
     def base(self) -> Path:
@@ -304,8 +306,26 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
                 "in the [tool.egf-audit] table of pyproject.toml (docs/ci-gate.md); if these "
                 f"sources are meant, {outcome.advice}"
             )
-    _write_outputs(req, outcome, run, seconds)
+    changed = _changed_lines(req, report, outcome) if _annotating(req.output_format) else {}
+    _write_outputs(req, outcome, run, seconds, changed)
     return outcome
+
+
+def _annotating(output_format: str) -> bool:
+    return github.in_github_actions() or output_format == "github"
+
+
+def _changed_lines(
+    req: RunRequest, report: AuditReport, outcome: RunOutcome
+) -> dict[str, list[tuple[int, int]]]:
+    """The lines the pull request changed in each of the trainer's kernel files, by the path
+    the document shows (relative to the project root)."""
+    trainer = [s for s in report.kernels.sources if s.origin == "kernels-dir"]
+    files = {s.path: (req.base / s.path).resolve() for s in trainer}
+    hunks, note = changed_hunks(files.values(), base_ref(req.base_ref))
+    if note:
+        outcome.notes.append(note)
+    return {shown_path: hunks.get(path, []) for shown_path, path in files.items()}
 
 
 def _gate(req: RunRequest, report: AuditReport, document: str, base: Path) -> Gate:
@@ -348,7 +368,13 @@ def document_gate(
     )
 
 
-def _write_outputs(req: RunRequest, outcome: RunOutcome, run: AuditRun, seconds: dict) -> None:
+def _write_outputs(
+    req: RunRequest,
+    outcome: RunOutcome,
+    run: AuditRun,
+    seconds: dict,
+    changed: dict[str, list[tuple[int, int]]],
+) -> None:
     deliver(
         outcome,
         Deliveries(req.out, req.check, req.json_out, req.junit_out, req.trace_out),
@@ -356,6 +382,7 @@ def _write_outputs(req: RunRequest, outcome: RunOutcome, run: AuditRun, seconds:
         req.output_format,
         github.step_summary,
         seconds,
+        changed,
     )
 
 
@@ -377,6 +404,7 @@ def deliver(
     output_format: str,
     step_summary: Callable[[Gate], str],
     seconds: dict[str, float] | None = None,
+    changed: dict[str, list[tuple[int, int]]] | None = None,
 ) -> None:
     """Write every output of a gate, the rebuild's or a capture's. Every file output is staged
     before any is replaced: one that cannot be written (exit 3) leaves all existing files as
@@ -397,8 +425,8 @@ def deliver(
         outputs.add(STDOUT, junit_text)
     outcome.written = outputs.write()
     outcome.stdout = outputs.stdout
-    if github.in_github_actions() or output_format == "github":
-        outcome.annotations = github.annotation_commands(gate)
+    if _annotating(output_format):
+        outcome.annotations = github.annotation_commands(gate, changed)
     if github.in_github_actions():
         try:
             append_step_summary(step_summary(gate))

@@ -39,7 +39,7 @@ from egf_audit.cli.project import ProjectSettings, find_settings, near
 
 if TYPE_CHECKING:
     from egf_audit.cli.commands import RunOutcome
-    from egf_audit.reports.model import AuditReport
+    from egf_audit.reports.model import AuditReport, CaptureReport
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")  # the same as commands.DEFAULT_OUT
 
@@ -96,6 +96,16 @@ def run(
     ] = None,
     launch_timeout: LaunchTimeout = None,
     isolated: Isolated = False,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Under GitHub Actions (or --output-format github), annotate a failure on the "
+            "lines of the trainer's kernel file changed since this ref (default: "
+            "GITHUB_BASE_REF), else on the kernel's entry line.",
+            metavar="REF",
+        ),
+    ] = None,
     sanitize: Annotated[
         bool,
         typer.Option(
@@ -169,6 +179,7 @@ def run(
             kernels_only=settings.kernels is not None,
             root=root,
             from_settings=from_settings,
+            base_ref=base,
             cublas_log=cublas_log,
             output_format=output_format,
             launch_timeout_s=launch_timeout,
@@ -192,6 +203,7 @@ REBUILD_ONLY = (
     "cublas_log",
     "launch_timeout",
     "sanitize",
+    "base",
 )
 
 
@@ -274,7 +286,7 @@ def _print_run(
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
     info = report.run_info
     if table and isinstance(report, AuditReport):
-        _print_environment(human, report)
+        _print_evidence(human, report)
     if table:
         print_verdicts(human, report)
     if table and "timings_s" in info:
@@ -283,19 +295,30 @@ def _print_run(
             Text(
                 f"ran on {info.get('picked', '?')} in {sum(timings.values()):.1f} s "
                 f"(host {info.get('host', '?')}, python {info.get('python', '?')}, "
-                f"{info.get('platform', '?')})"
+                f"{info.get('platform', '?')}{_environment(report)})"
             ),
             soft_wrap=True,
         )
     human.print(Text(gate.line()), soft_wrap=True)  # always the last line
 
 
-def _print_environment(human: Console, report: AuditReport) -> None:
-    """What the document leaves out because it depends on this machine: its versions and the
-    measured evidence behind each verdict (whole in --json)."""
-    from egf_audit.reports.environment import environment_rows, evidence_rows
+def _print_evidence(human: Console, report: AuditReport) -> None:
+    """What the document leaves out because it depends on this machine: the measured evidence
+    behind each verdict that did not pass (every verdict's is in --json and the step summary;
+    printing all 26 would bury the table)."""
+    from egf_audit.reports.environment import evidence_rows
 
-    env = ", ".join(f"{key} {value}" for key, value in environment_rows(report))
-    human.print(Text(f"environment: {env}"), soft_wrap=True)
+    shown = {(r.code, r.mode) for r in report.results if r.verdict.status != "pass"}
     for code, mode, evidence in evidence_rows(report):
-        human.print(Text(f"evidence {code}[{mode}]: {evidence}"), soft_wrap=True)
+        if (code, mode) in shown:
+            human.print(Text(f"evidence {code}[{mode}]: {evidence}"), soft_wrap=True)
+
+
+def _environment(report: AuditReport | CaptureReport) -> str:
+    """The backend's versions (compiler, torch, GPU), which the document leaves out."""
+    from egf_audit.reports.environment import environment_rows
+    from egf_audit.reports.model import AuditReport
+
+    if not isinstance(report, AuditReport):
+        return ""
+    return "".join(f"; {key} {value}" for key, value in environment_rows(report))

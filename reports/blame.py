@@ -1,0 +1,105 @@
+"""Which of the trainer's kernel files a failed verdict is to blame on, for an annotation's
+`file=`: the kernels the verdict names, the kernel whose output the invariant judges, and for
+EGF010 the kernels whose outputs disagree with the float64 oracle (found in the trace: the
+kernel launches that wrote a disagreeing tensor)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+
+from egf_audit.invariants import Result
+from egf_audit.reports.json_report import jsonable
+from egf_audit.reports.model import AuditReport, Gate
+from egf_audit.runtime.kernel_sources import KernelSource
+from egf_audit.runtime.trace import Trace, tensor_table
+
+# The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
+KERNEL_JUDGED_BY = {
+    "EGF003": "sp14_scale_wire_col",
+    "EGF004": "sp14_scale_wire_col",
+    "EGF008": "sp14_scale_wire_col",
+    "EGF006": "sp14_dir_concat_qaux",
+    "EGF007": "accumulate_d_h_s2_from_concat",
+    "EGF005": "polyak_ema",
+}
+# where EGF010's tensor kinds live (oracle/compare.py names a tensor "<kind> <name>")
+ORACLE_KIND_BUFFER = {
+    "grad": "grad_buf",
+    "param": "params",
+    "adam_m": "adam_m",
+    "adam_v": "adam_v",
+    "sn": "sn_state",
+    "target": "target_params",
+}
+
+
+def _failing_tensors(evidence: Mapping[str, object]) -> set[tuple[str, str]]:
+    """(buffer, tensor) of every tensor EGF010's evidence lists as disagreeing."""
+    found: set[tuple[str, str]] = set()
+    steps = evidence.get("steps")
+    if not isinstance(steps, Mapping):
+        return found
+    for step in steps.values():
+        failing = step.get("failing", []) if isinstance(step, Mapping) else []
+        for facts in failing if isinstance(failing, list) else []:
+            kind, _, name = str(facts.get("tensor", "")).partition(" ")
+            if kind in ORACLE_KIND_BUFFER and name:
+                found.add((ORACLE_KIND_BUFFER[kind], name))
+    return found
+
+
+def _writers(traces: list[Trace], tensors: set[tuple[str, str]]) -> list[str]:
+    """Kernels (not cuBLAS) that wrote any element of the tensors, in launch order."""
+    names: list[str] = []
+    for trace in traces:
+        for buffer, name in tensors:
+            found = tensor_table(trace.layout, buffer).get(name)
+            if found is None:
+                continue
+            offset, rows, cols = found
+            start, end = offset, offset + rows * cols
+            for launch in trace.launches:
+                if launch.kind != "kernel" or launch.name in names:
+                    continue
+                for b in launch.bindings:
+                    r = b.region
+                    if (
+                        b.writes
+                        and r is not None
+                        and r.buffer == buffer
+                        and r.offset < end
+                        and r.last > start
+                    ):
+                        names.append(launch.name)
+                        break
+    return names
+
+
+def blamed_kernels(gate: Gate, result: Result) -> list[str]:
+    """The kernel names a failed verdict involves, most specific first."""
+    said = result.verdict.summary + " " + json.dumps(jsonable(result.verdict.evidence))
+    kernels = gate.report.kernels
+    known = [s.spec.name for s in kernels.sources] if kernels is not None else []
+    named = [name for name in known if name in said]
+    report = gate.report
+    if result.code == "EGF010" and isinstance(report, AuditReport) and report.run is not None:
+        traces = [t for key, t in report.run.traces.items() if key.startswith(result.mode)]
+        writers = _writers(traces, _failing_tensors(result.verdict.evidence))
+        named += [n for n in writers if n not in named]
+    judged = KERNEL_JUDGED_BY.get(result.code)
+    if not named and judged is not None:
+        named = [judged]
+    return named
+
+
+def trainer_sources(gate: Gate, result: Result) -> Iterator[KernelSource]:
+    """The trainer's own kernel files (under --kernels) to blame; a bundled kernel is no file
+    of the pull request, and a capture reads no kernel source."""
+    kernels = gate.report.kernels
+    if kernels is None:
+        return
+    trainer = {s.spec.name: s for s in kernels.sources if s.origin == "kernels-dir"}
+    for name in blamed_kernels(gate, result):
+        if name in trainer:
+            yield trainer[name]
