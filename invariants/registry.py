@@ -49,16 +49,10 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Invariant:
-    code: str  # "EGF001"
-    slug: str  # "gemm-k-matches-lda"
-    message: str  # one line, shown when it fails
-    what: str  # What it proves
-    why: str  # Why it matters
-    how: str  # How it is measured
-    catches: str  # The bug it catches
-    limits: str  # Known limits: what the check cannot see, on a rebuild and on a capture
-    example: str  # a concrete failing wiring, as the seed would describe it
+class Invariant(InvariantText):
+    """An invariant: its texts (code, slug, message, What / Why / How / Bug / Known limits /
+    Example, declared once in egf_audit.invariant_text) and its checks."""
+
     check: Callable[[AuditRun, str], Verdict]
     # ---- test directives, read by the tests that parametrize over INVARIANTS ----
     holds_as: str = PASS  # a correct pipeline's status: PASS, or WARN for a documented residual
@@ -92,10 +86,6 @@ class Invariant:
     def text(self) -> InvariantText:
         """The texts alone (what `egf-audit explain` reads without importing the checks)."""
         return InvariantText(**{name: getattr(self, name) for name in TEXT_FIELDS})
-
-    def doc(self) -> str:
-        """The whole text, as `egf-audit explain CODE` prints it."""
-        return self.text().doc()
 
 
 def passed(summary: str, **evidence: Any) -> Verdict:
