@@ -16,12 +16,15 @@ from egf_audit.runtime.trace import Trace, tensor_table
 
 # The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
 KERNEL_JUDGED_BY = {
+    "EGF002": "sp14_scale_wire_col",  # the scale must not reach the dW its SGEMM reads
     "EGF003": "sp14_scale_wire_col",
     "EGF004": "sp14_scale_wire_col",
     "EGF008": "sp14_scale_wire_col",
     "EGF006": "sp14_dir_concat_qaux",
     "EGF007": "accumulate_d_h_s2_from_concat",
     "EGF005": "polyak_ema",
+    "EGF009": "adam_update",  # the Adam state's shapes, as its launches pass them
+    "EGF012": "alpha_grad_compute",  # the gate's producer
 }
 # where EGF010's tensor kinds live (oracle/compare.py names a tensor "<kind> <name>")
 ORACLE_KIND_BUFFER = {

@@ -116,3 +116,22 @@ def test_an_oracle_disagreement_names_the_kernel_that_wrote_the_tensor(workdir, 
     assert found
     line = next(i for i, l in enumerate(wrong.splitlines(), 1) if "beta2) * g;" in l)
     assert all(f"file=kernels/{ADAM},line={line}::" in f for f in found)
+
+
+def test_every_judged_kernel_exists_and_is_blamed_when_the_verdict_names_none(ci_audit_run):
+    """The fallback map names real kernels; a failure that names no kernel is blamed on the
+    kernel whose output its invariant judges."""
+    from test_reports import make_report
+
+    from egf_audit.invariants import Result
+    from egf_audit.invariants.registry import failed
+    from egf_audit.reports.blame import KERNEL_JUDGED_BY, blamed_kernels
+    from egf_audit.reports.model import Gate
+    from egf_audit.runtime.kernel_sources import load_kernel_set
+
+    names = {spec.name for spec in KERNELS}
+    assert set(KERNEL_JUDGED_BY.values()) <= names
+    report = make_report(ci_audit_run, kernels=load_kernel_set())
+    for code, kernel in KERNEL_JUDGED_BY.items():
+        result = Result(code, "sentinel", failed("a failure that names no kernel"))
+        assert blamed_kernels(Gate(report, "d.md"), result) == [kernel]
