@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
+from egf_audit.runtime.capture_model import GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
@@ -165,39 +166,60 @@ def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
     return None
 
 
-def _allocation_problem(ct: CaptureTrace, pointer: object, last: int) -> str | None:
-    """Why `last` elements from `pointer` leave the allocation holding it (cuMemAlloc records),
-    or None (inside, or in no recorded allocation: then nothing is known)."""
-    if not isinstance(pointer, int):
+def _allocation_problem(ct: CaptureTrace, pointer: object, extent_bytes: int) -> str | None:
+    """Why `extent_bytes` from `pointer` leave the allocation holding it (cuMemAlloc and
+    cudaMalloc records), or None (inside, or in no recorded allocation: then nothing is known)."""
+    base_size = _allocation_of(ct, pointer)
+    if base_size is None or not isinstance(pointer, int):
         return None
-    for base, size in ct.allocations:
-        if base <= pointer < base + size:
-            end = pointer + last * ELEMENT_BYTES
-            if end > base + size:
-                return f"reaches {end - base - size} bytes past the end of its allocation"
-            return None
+    base, size = base_size
+    end = pointer + extent_bytes
+    if end > base + size:
+        return f"reaches {end - base - size} bytes past the end of its allocation"
     return None
 
 
-def _capture_operand_problem(ct: CaptureTrace, x: Launch, b: Binding) -> str | None:
-    """The rebuild's operand rule where the capture named the operand's tensor; a flat
-    allocation the layout gives no shape, or an operand no name covers, is judged by its span
-    of the allocation holding it (the span from the GEMM's own arguments)."""
-    if b.region is None:
-        return _allocation_problem(ct, b.pointer, _gemm_extent(x, b.role))
+def _allocation_of(ct: CaptureTrace, pointer: object) -> tuple[int, int] | None:
+    if not isinstance(pointer, int):
+        return None
+    return next(((b, n) for b, n in ct.allocations if b <= pointer < b + n), None)
+
+
+def rows_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
+    """Why an operand of a trainer that is not SP14 is not whole rows of the named tensor it
+    points into, or None. Batched and sliced GEMMs read a tensor a block of rows at a time, so a
+    block of rows passes; a block of columns (K = SH2 against a row stride of SH2 + 1), another
+    row stride, or a box running past the tensor's end does not."""
+    t_offset, t_rows, t_cols = tensor_shape
+    start, size = r.offset - t_offset, t_rows * t_cols
+    end = start + (r.rows - 1) * r.ld + r.width if r.rows > 0 and r.width > 0 else start
+    if r.rows > 1:
+        if r.width != t_cols:
+            return f"spans {r.width} of {t_cols} columns of {tensor}"
+        if r.ld != t_cols:
+            return f"uses row stride {r.ld} on {tensor}, whose row stride is {t_cols}"
+        if start % t_cols:
+            return f"starts {start % t_cols} elements into a row of {tensor}"
+    if end > size:
+        return f"reaches {end - size} elements past the end of {tensor}"
+    return None
+
+
+def _capture_operand_problem(ct: CaptureTrace, b: Binding, op: GemmOperand | None) -> str | None:
+    """The rebuild's operand rule where the capture named the operand's tensor (whole rows of it
+    in a process that is no SP14 trainer); a flat allocation the layout gives no shape, or an
+    operand no name covers, is judged by its span of the allocation holding it (the span from
+    the GEMM's own arguments)."""
+    if b.region is None or (not ct.sp14 and b.in_bounds and b.tensor_shape is None):
+        # no name covers it (in a process that is no SP14 trainer, a part of a named buffer
+        # that no tensor names is no finding either): its span of its allocation
+        return None if op is None else _allocation_problem(ct, b.pointer, op.extent_bytes)
     buffer = ct.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
         return None
+    if not ct.sp14 and b.in_bounds and b.tensor_shape is not None:
+        return rows_problem(b.region, b.tensor_shape, b.tensor)
     return _extent_problem(b)
-
-
-def _gemm_extent(x: Launch, role: str) -> int:
-    """Elements from a GEMM operand's pointer to one past its last element, from the call's
-    (transa, transb, m, n, k, lda, ldb, ldc): what it touches whether or not a name covers it."""
-    if not all(k in x.args for k in GEMM_ARGS):
-        return 0
-    rows, width, ld = gemm_operand_boxes(GemmShape.of(x.args))[role]
-    return 0 if rows <= 0 or width <= 0 else (rows - 1) * ld + width
 
 
 def b_extent(b: Binding) -> int:
@@ -206,48 +228,26 @@ def b_extent(b: Binding) -> int:
 
 
 def _undecided_operand(ct: CaptureTrace, b: Binding) -> bool:
-    return b.region is None
+    """An operand in no named buffer: judged by its allocation in a process that is no SP14
+    trainer (that is all such a check claims), undecided in an SP14 trainer (whose claim is
+    its tensor's exact span) and wherever no recorded allocation holds it."""
+    if b.region is not None:
+        return False
+    return ct.sp14 or _allocation_of(ct, b.pointer) is None
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
-    """What the capture shows of EGF001: every GEMM's operands against the tensors the layout
-    (or inference) names, with the same rule as the rebuild; an operand in a shape-less
-    allocation by its span of it; the K = SH2 signature wherever SH2 is known; every kernel,
-    memset and copy region inside its buffer and allocation. UNDECIDED only for GEMMs whose
-    operands no layout names (listed): give a layout file to decide them."""
-    sh2 = ct.dim("SH2")
-    gemms = list(ct.trace.sgemms())
-    if not gemms:
-        return failed("the process recorded no cuBLAS GEMM at all", gemms=0)
-    bad: list[dict[str, Any]] = []
-    unnamed: list[dict[str, Any]] = []
-    for x in gemms:
-        facts = {"launch": x.index, "step": x.step, "label": x.label}
-        facts |= {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
-        if not x.bindings:
-            unnamed.append(
-                facts | {"why": f"{x.args.get('api', 'GEMM')}: its operands are not bound"}
-            )
-            continue
-        problem = k_sh2_signature(x, sh2)
-        for b in x.bindings:
-            if problem is None and (p := _capture_operand_problem(ct, x, b)) is not None:
-                problem = f"operand {b.role} {p}"
-        if problem is not None:
-            bad.append(facts | {"problem": problem})
-        elif any(_undecided_operand(ct, b) for b in x.bindings):
-            roles = [b.role for b in x.bindings if _undecided_operand(ct, b)]
-            unnamed.append(facts | {"why": f"operands {', '.join(roles)} land in no named buffer"})
-    bad_launches = []
+def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
+    """Every memset, copy and kernel region outside its buffer or its allocation."""
+    bad = []
     for x in ct.trace.launches:
         if x.kind == "sgemm":
             continue
         if x.kind in ("memset", "copy"):  # either end, named or not, inside its allocation
-            count = -(-int(x.args.get("bytes", 0)) // ELEMENT_BYTES)
+            extent = int(x.args.get("bytes", 0))
             for end in ("dst", "src"):
                 pointer = x.args.get(end)
-                if pointer and (problem := _allocation_problem(ct, pointer, count)) is not None:
-                    bad_launches.append(
+                if pointer and (problem := _allocation_problem(ct, pointer, extent)) is not None:
+                    bad.append(
                         {"launch": x.index, "step": x.step, "label": x.label, "operand": end}
                         | {"problem": problem}
                     )
@@ -256,13 +256,52 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             if b.region is not None and not b.in_bounds:
                 problem = f"touches elements up to {b.region.last} of {b.region.buffer}"
             else:
-                problem = _allocation_problem(ct, b.pointer, b_extent(b))
+                problem = _allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES)
             if problem is not None:
-                bad_launches.append(
+                bad.append(
                     {"launch": x.index, "step": x.step, "label": x.label, "operand": b.role}
                     | {"problem": problem}
                 )
                 break
+    return bad
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """What the capture shows of EGF001: every GEMM's operands, of every entry point and every
+    batch, against the tensors the layout (or inference) names, with the same rule as the
+    rebuild (in a process that is no SP14 trainer: whole rows of the named tensor); an operand
+    in a shape-less allocation by its span of it; the K = SH2 signature wherever SH2 is known;
+    every kernel, memset and copy region inside its buffer and allocation. In an SP14 trainer,
+    UNDECIDED only for GEMMs whose operands no layout names (listed): give a layout file to
+    decide them; in any other process an operand no name covers is judged by its allocation."""
+    sh2 = ct.dim("SH2")
+    gemms = list(ct.trace.sgemms())
+    if not gemms and ct.sp14:
+        return failed("the process recorded no cuBLAS GEMM at all", gemms=0)
+    bad: list[dict[str, Any]] = []
+    unnamed: list[dict[str, Any]] = []
+    for x in gemms:
+        facts = {"launch": x.index, "step": x.step, "label": x.label}
+        facts |= {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
+        if "unbound" in x.args or not x.bindings:
+            why = (
+                x.args.get("unbound") or f"{x.args.get('api', 'GEMM')}: its operands are not bound"
+            )
+            unnamed.append(facts | {"why": why})
+            continue
+        operands = {op.role: op for op in gemm_operands(x.args)}
+        problem = k_sh2_signature(x, sh2)
+        for b in x.bindings:
+            if problem is None:
+                p = _capture_operand_problem(ct, b, operands.get(b.role))
+                problem = None if p is None else f"operand {b.role} {p}"
+        if problem is not None:
+            bad.append(facts | {"problem": problem})
+        elif any(_undecided_operand(ct, b) for b in x.bindings):
+            roles = [b.role for b in x.bindings if _undecided_operand(ct, b)]
+            where = "no named buffer" if ct.sp14 else "no named buffer and no recorded allocation"
+            unnamed.append(facts | {"why": f"operands {', '.join(roles)} land in {where}"})
+    bad_launches = _memory_problems(ct)
     counts = {
         "gemms": len(gemms),
         "gemms_decided": len(gemms) - len(unnamed),
@@ -285,6 +324,13 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             f"{len(unnamed)} of {len(gemms)} GEMMs cannot be judged: {first['why']} (first: "
             f"{first['label']}, launch {first['launch']}); the other {len(gemms) - len(unnamed)} "
             "span their tensors",
+            **counts,
+        )
+    if not ct.sp14:
+        return passed(
+            f"{len(gemms)} GEMMs keep every operand of every batch inside its allocation, and "
+            "whole rows of its tensor where the layout names one; kernel, memset and copy "
+            "regions stay in bounds",
             **counts,
         )
     return passed(
@@ -345,4 +391,5 @@ INVARIANT = Invariant(
     check=check,
     reads=("launches",),
     capture=check_capture,
+    any_process=True,
 )

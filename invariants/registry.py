@@ -60,6 +60,9 @@ class Invariant(InvariantText):
     # ---- the same invariant on a capture of the trainer's process ----
     capture: Callable[[CaptureTrace], Verdict] | None = None
     capture_undecidable: str = ""  # why a capture cannot decide it, when `capture` is None
+    # its capture check needs no SP14 name, so it judges any captured process (one that
+    # launched no ABI kernel too); every other invariant is not applicable to such a process
+    any_process: bool = False
 
     def __post_init__(self) -> None:
         if not self.limits.strip():
@@ -76,6 +79,11 @@ class Invariant(InvariantText):
     def capture_verdict(self, ct: CaptureTrace) -> Verdict:
         """The capture check's verdict, with the same missing-data convention; UNDECIDED with
         `capture_undecidable` where the invariant has no capture check."""
+        if not ct.sp14 and not self.any_process:
+            return not_applicable(
+                "the process launched none of the SP14 ABI kernels: this invariant is about "
+                "the SP14 wiring"
+            )
         if self.capture is None:
             return undecided(self.capture_undecidable or "no capture check exists for it")
         try:
@@ -140,6 +148,16 @@ def warned(summary: str, **evidence: Any) -> Verdict:
 
 def undecided(summary: str, **evidence: Any) -> Verdict:
     return Verdict(UNDECIDED, summary, evidence)
+
+
+NOT_APPLICABLE = "not applicable"  # the summary's first words, and the evidence key
+
+
+def not_applicable(reason: str) -> Verdict:
+    """An invariant about the SP14 wiring, on a captured process that is no SP14 trainer:
+    UNDECIDED (nothing of it to judge, never a pass), its summary opening "not applicable: "
+    and its evidence saying so, so every renderer shows it as the reason."""
+    return Verdict(UNDECIDED, f"{NOT_APPLICABLE}: {reason}", {"not_applicable": True})
 
 
 def failed_with(problems: list[str], **evidence: Any) -> Verdict:

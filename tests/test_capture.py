@@ -155,11 +155,22 @@ def test_inference_binds_the_same_gemms_to_w_b0fc_as_the_layout_file():
     assert on_w_b0fc(_audit("clean", False)) == on_w_b0fc(_audit("clean", True)) != []
 
 
-def test_a_process_that_is_no_trainer_is_named_so():
+def test_a_process_that_is_no_trainer_is_named_so_and_judged_by_what_needs_no_sp14_name():
     audit = _audit("not-a-trainer", True)
-    assert not audit.ok
+    assert not audit.ok  # the gate still fails a capture with no SP14 trainer in it
     assert "no process is an SP14 trainer: none of the ABI kernels" in audit.missing[0]
-    assert audit.processes == [] and "no ABI kernel: not audited" in audit.not_audited[0]
+    assert audit.not_audited == []
+    (process,) = audit.processes  # one torch matrix product: a cuBLAS GEMM, no ABI kernel
+    assert process.capture.sp14 is False
+    verdicts = dict(process.verdicts)
+    assert verdicts["EGF001"].status == PASS
+    assert verdicts["EGF001"].evidence["gemms_decided"] == verdicts["EGF001"].evidence["gemms"] > 0
+    for code, verdict in verdicts.items():
+        if code != "EGF001":
+            assert verdict.status == UNDECIDED
+            assert verdict.summary.startswith("not applicable: the process launched none of")
+            assert verdict.evidence == {"not_applicable": True}
+    assert audit.failed_codes() == set()
 
 
 def test_the_layout_file_round_trips_and_rejects_what_it_cannot_use(tmp_path):

@@ -1,5 +1,7 @@
 """`egf-audit run --capture DIR`: every invariant a capture can decide, judged on every process
-of the capture folder that launched an ABI kernel.
+of the capture folder that launched an ABI kernel; a process that launched none but ran cuBLAS
+GEMMs gets the checks that need no SP14 name, the rest not applicable (and the gate still fails
+a capture in which no process is an SP14 trainer).
 
 The judging itself lives in the invariant registry (each entry's `capture` check, beside its
 rebuild check, egf_audit.invariants); this module reads the folder, names each process's
@@ -21,7 +23,7 @@ from egf_audit.runtime.contract import ACCUMULATE_KERNEL, CONCAT_KERNEL, POLYAK_
 
 from .convert import to_trace
 from .events import read_capture
-from .layout import infer_layout, layout_in, load_layout_file
+from .layout import infer_layout, layout_in, load_layout_file, place
 from .manifest import exit_words, read_manifest
 
 ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
@@ -73,6 +75,7 @@ def _layout_for(proc: ProcessCapture, given: CaptureLayout | None) -> tuple[Capt
     inferred = infer_layout(proc)
     if given is None:
         return inferred, ""
+    given, note = place(given, proc)
     pointers = [
         v
         for r in proc.kernels()
@@ -83,12 +86,40 @@ def _layout_for(proc: ProcessCapture, given: CaptureLayout | None) -> tuple[Capt
     if pointers and not any(given.resolve(p) is not None for p in pointers):
         return inferred, "the layout file names none of its pointers: names inferred"
     layout = CaptureLayout(dict(given.buffers), {**inferred.dims, **given.dims}, from_file=True)
-    return layout, ""
+    return layout, note
 
 
 def audit_process(proc: ProcessCapture, section: str, given: CaptureLayout | None) -> ProcessAudit:
     layout, note = _layout_for(proc, given)
     ct = to_trace(proc, layout, scenario=section)
+    verdicts = tuple((inv.code, inv.capture_verdict(ct)) for inv in INVARIANTS)
+    return ProcessAudit(section, ct, verdicts, note)
+
+
+def gemm_count(proc: ProcessCapture) -> int:
+    return sum(r.kind in ("sgemm", "gemm") for r in proc.records)
+
+
+def audit_other_process(
+    proc: ProcessCapture, section: str, given: CaptureLayout | None
+) -> ProcessAudit:
+    """A process that launched no ABI kernel but ran cuBLAS GEMMs: judged by the checks that
+    need no SP14 name (EGF001's operand, memset and copy spans: `Invariant.any_process`), every
+    other invariant not applicable. The layout file names its buffers where it names any of its
+    GEMMs' pointers."""
+    layout, note = CaptureLayout(), ""
+    if given is not None:
+        given, note = place(given, proc)
+    if given is not None and any(
+        given.resolve(op) is not None
+        for r in proc.records
+        if r.kind in ("sgemm", "gemm")
+        for op in (r.args.get("A"), r.args.get("B"), r.args.get("C"))
+        if isinstance(op, int)
+    ):
+        layout = CaptureLayout(dict(given.buffers), dict(given.dims), from_file=True)
+    ct = to_trace(proc, layout, scenario=section)
+    ct.sp14 = False
     verdicts = tuple((inv.code, inv.capture_verdict(ct)) for inv in INVARIANTS)
     return ProcessAudit(section, ct, verdicts, note)
 
@@ -113,14 +144,16 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
         )
     for number, proc in enumerate(sorted(procs, key=lambda p: p.pid), 1):
         section = f"process {number}"
-        if not abi_launches(proc):
-            gemms = sum(r.kind in ("sgemm", "gemm") for r in proc.records)
+        if not abi_launches(proc) and not gemm_count(proc):
             audit.not_audited.append(
-                f"{section}: {len(proc.kernels())} kernel launches and {gemms} cuBLAS GEMMs, "
-                "no ABI kernel: not audited"
+                f"{section}: {len(proc.kernels())} kernel launches and no cuBLAS GEMM, no ABI "
+                "kernel: not audited"
             )
             continue
-        audit.processes.append(audit_process(proc, section, given))
+        if abi_launches(proc):
+            audit.processes.append(audit_process(proc, section, given))
+        else:
+            audit.processes.append(audit_other_process(proc, section, given))
         if proc.cut_off:
             audit.incomplete.append(
                 f"{section}: {proc.cut_off} is cut off mid-write: the process died while the "
@@ -132,7 +165,7 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
                 "exit event: the process did not end through exit() (killed, crashed, or the "
                 "file was cut off)"
             )
-    if not audit.processes:
+    if not any(p.capture.sp14 for p in audit.processes):
         audit.missing.append(
             f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "
             f"was launched in the {len(procs)} recorded processes"

@@ -58,7 +58,7 @@ from egf_audit.outputs.atomic import write_atomic
 from .build import build_recorder
 from .convert import to_trace
 from .events import EVENTS_GLOB, ProcessCapture, read_capture
-from .layout import LAYOUT_FILE, infer_layout, load_layout_file
+from .layout import LAYOUT_FILE, infer_layout, load_layout_file, place
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
 MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
@@ -309,7 +309,7 @@ def _record(
     main = audited_process(procs)
     if layout is not None:
         _copy_layout(layout, folder, proc.returncode)
-        used = load_layout_file(folder / LAYOUT_FILE)
+        used, _ = place(load_layout_file(folder / LAYOUT_FILE), main)
     else:
         used = infer_layout(main)
     trace = to_trace(main, used, scenario="capture").trace

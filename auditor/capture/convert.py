@@ -6,8 +6,9 @@ seed names them (`cql`, then `main`) when a step has exactly two (a step with an
 a finding of EGF007 and EGF008). A site's window starts after the previous site's last
 accumulate, and the first site's at the step's first GEMM, so what the trainer did while it
 allocated (its first memsets) is never counted as a step's work. Every pointer argument is
-bound to the named buffer it lands in, or to none; a kernel egf-audit does not know gets
-access "?" on every buffer its pointer arguments land in: it may write any of them.
+bound to the named buffer it lands in, or to none; a GEMM of any entry point binds each of its
+batches' operands (runtime/capture_model.py, gemm_operands); a kernel egf-audit does not know
+gets access "?" on every buffer its pointer arguments land in: it may write any of them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from egf_audit.runtime.capture_model import (
     ProcessCapture,
     Record,
     Site,
+    gemm_operands,
 )
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SITES, at_site
-from egf_audit.runtime.gemm_rules import GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
 KINDS = {"kernel": "kernel", "sgemm": "sgemm", "gemm": "sgemm", "memset": "memset", "copy": "copy"}
+GEMM_KINDS = ("sgemm", "gemm")  # cublasSgemm_v2, and every other GEMM entry point
 
 
 def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple) -> Binding:
@@ -46,12 +47,14 @@ def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple
 
 def bindings_of(layout: CaptureLayout, r: Record) -> tuple[Binding, ...]:
     a = r.args
-    if r.kind == "sgemm":
-        boxes = gemm_operand_boxes(GemmShape.of(a))
-        c_access = "w" if a.get("beta") == 0.0 else "rw"
+    if r.kind in GEMM_KINDS:
+        # every entry point alike: each batch's operands where they were judged; an operand of
+        # another element size than the layout's fp32 is placed by its allocation alone (EGF001)
         return tuple(
-            _binding(layout, role, a[role], access, (0, *boxes[role]))
-            for role, access in (("A", "r"), ("B", "r"), ("C", c_access))
+            _binding(layout, op.role, op.pointer, op.access, (0, *op.box))
+            if op.element_bytes == ELEMENT_BYTES
+            else Binding(op.role, op.pointer, op.access, None, None, None, False)
+            for op in gemm_operands(a)
         )
     if r.kind in ("memset", "copy"):
         count = -(-a["bytes"] // ELEMENT_BYTES)  # a partial last element is still touched
@@ -85,7 +88,7 @@ def _steps(records: list[Record]) -> list[int]:
 def _sites(records: list[Record], steps: list[int]) -> list[Site]:
     groups: list[tuple[int, int]] = []  # (first, last) accumulate positions of each run
     for i, r in enumerate(records):
-        if r.kind not in ("kernel", "sgemm"):
+        if r.kind not in ("kernel", *GEMM_KINDS):
             continue
         if r.name == ACCUMULATE_KERNEL:
             if groups and groups[-1][1] == _previous_launch(records, i):
@@ -99,7 +102,7 @@ def _sites(records: list[Record], steps: list[int]) -> list[Site]:
     for step, runs in by_step.items():
         first_of_step = steps.index(step)
         begin = next(
-            (i for i in range(first_of_step, runs[0][0]) if records[i].kind == "sgemm"),
+            (i for i in range(first_of_step, runs[0][0]) if records[i].kind in GEMM_KINDS),
             first_of_step,
         )
         names = SITES if len(runs) == len(SITES) else tuple(f"site{k}" for k in range(len(runs)))
@@ -111,7 +114,7 @@ def _sites(records: list[Record], steps: list[int]) -> list[Site]:
 
 def _previous_launch(records: list[Record], i: int) -> int | None:
     for j in range(i - 1, -1, -1):
-        if records[j].kind in ("kernel", "sgemm"):
+        if records[j].kind in ("kernel", *GEMM_KINDS):
             return j
     return None
 

@@ -3,8 +3,10 @@
  * The CUDA driver loads this library into the audited process when CUDA_INJECTION64_PATH names
  * it, and calls InitializeInjection() at cuInit. From then on every driver (and runtime) API
  * call of interest becomes one JSON line in EGF_CAPTURE_DIR/events-<pid>.jsonl, in program
- * order: kernel launches with their raw parameters (sizes from cuFuncGetParamInfo), memsets,
- * copies, allocations, and every cuBLAS call as cuBLAS's own logger words it. Around the ABI
+ * order: kernel launches with their raw parameters (sizes from cuFuncGetParamInfo; a runtime-API
+ * launch's CUfunction from the process's own cudaGetFuncBySymbol), memsets, copies,
+ * allocations, every cuBLAS call as cuBLAS's own logger words it, and every cublasLtMatmul with
+ * its matrix layouts read from the call's own descriptors. Around the ABI
  * kernels named in EGF_CAPTURE_SNAPSHOT the recorder synchronises and copies the regions the
  * audit needs into EGF_CAPTURE_DIR/snapshots-<pid>.bin (only reads: results never change).
  * When the process ends through exit(), its last line is an "exit" event: a file without one
@@ -14,18 +16,24 @@
  * links against libcupti alone and loads on machines whose toolkit has no libcuda stub.
  *
  * Longer than a Python module here, on purpose: the injected library is one compilation unit
- * (built on first use with one compiler call), read top to bottom as event writer, snapshots,
- * cuBLAS logger, driver callbacks and InitializeInjection.
+ * (built on first use with one compiler call), read top to bottom as event writer, cuBLAS
+ * logger, cuBLASLt logger, snapshots, launches, runtime-API functions, driver callbacks and
+ * InitializeInjection.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_PARAMS 64
@@ -56,6 +64,7 @@ static struct {
     IsCapturingFn is_capturing;
     GetPointerModeFn get_pointer_mode;
     int cublas_hooked;
+    int lt_hooked;
     // The last polyak_ema's target region: snapshotted again at the first launch of the next
     // step, so "target untouched between two Polyak updates" is decidable without a layout.
     CUdeviceptr polyak_target;
@@ -67,6 +76,7 @@ static struct {
 static __thread int tl_inside;      // our own driver calls re-enter the callback: ignore them
 static __thread int tl_rt_depth;    // inside a runtime API call
 static __thread int tl_rt_covered;  // a driver event was written inside that runtime call
+static __thread int tl_rt_launch;   // that runtime call is a launch, recorded with its arguments
 
 /* ---- output ---- */
 static void open_files_locked(void) {
@@ -169,6 +179,21 @@ static void before_fork(void) {
 
 static void after_fork(void) { pthread_mutex_unlock(&g.lock); }
 
+/* ---- device reads (device-pointer-mode scalars, batched GEMMs' pointer arrays) ---- */
+static int stream_capturing(CUstream s) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (g.is_capturing && g.is_capturing(s, &status) != CUDA_SUCCESS) return 0;
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// `bytes` from device memory once every earlier launch of the context has finished: what a call
+// enqueued now reads there. 0 (nothing read) while the stream is being captured into a graph.
+static int device_read(void *host, unsigned long long ptr, size_t bytes, CUstream stream) {
+    if (!ptr || !g.dtoh || !g.ctx_sync || stream_capturing(stream)) return 0;
+    if (g.ctx_sync() != CUDA_SUCCESS) return 0;
+    return g.dtoh(host, (CUdeviceptr)ptr, bytes) == CUDA_SUCCESS;
+}
+
 /* ---- cuBLAS: its own logger, in the same ordered stream ---- */
 static unsigned long long hex_after(const char *line, const char *key) {
     // "alpha: type=float; val=POINTER (IN HEX:0x0x1560cca0)" -> 0x1560cca0
@@ -182,13 +207,26 @@ static unsigned long long hex_after(const char *line, const char *key) {
     return strtoull(h, NULL, 16);
 }
 
+static long long int_after(const char *line, const char *key) {
+    const char *p = strstr(line, key);
+    const char *v = p ? strstr(p, "val=") : NULL;
+    return v ? strtoll(v + 4, NULL, 10) : -1;
+}
+
 // cuBLAS hands its log to the callback a line or a few at a time: "I! ... cublasSgemm_v2(...)
-// called:" opens a call, "i!  handle: ...", "i!  alpha: ..." lines follow. The call is still in
-// progress on this thread, so alpha and beta (host pointers) are readable when the handle's
-// pointer mode is host; the recorder reads them then, and only then.
-static __thread int tl_in_log;            // our own cublasGetPointerMode call logs too: ignore it
-static __thread int tl_gemm_call;         // the open call is a GEMM
-static __thread unsigned long long tl_handle;
+// called:" opens a call, "i!  handle: ...", "i!  alpha: ..." lines follow, in the prototype's
+// order. The call is still in progress on this thread: alpha and beta are read while it is, from
+// host memory in host pointer mode, from device memory (after the context's earlier work) in
+// device mode, once their type is known (the alpha line's type, or for the Ex calls, whose
+// scalars are void*, the computeType line). A batched call's pointer arrays (device memory) are
+// read at its batchCount line, so every batch's operands can be bound.
+#define MAX_BATCH_POINTERS 4096
+typedef int (*GetStreamFn)(void *, CUstream *);
+static __thread int tl_in_log;      // our own cublasGetPointerMode call logs too: ignore it
+static __thread int tl_gemm_call;   // the open call is a GEMM
+static __thread unsigned long long tl_handle, tl_alpha, tl_beta, tl_arrays[3];
+static __thread int tl_scalar_bytes;  // 2, 4, 8 or 16; 0 while the compute type decides
+static GetStreamFn g_get_stream;
 
 static int pointer_mode(unsigned long long handle) {
     int mode = -1;
@@ -199,46 +237,225 @@ static int pointer_mode(unsigned long long handle) {
     return mode;
 }
 
+static CUstream handle_stream(unsigned long long handle) {
+    CUstream s = NULL;
+    if (handle && g_get_stream) {
+        tl_in_log = 1;
+        g_get_stream((void *)(uintptr_t)handle, &s);
+        tl_in_log = 0;
+    }
+    return s;
+}
+
+static int scalar_bytes_of_type(const char *msg) {
+    if (strstr(msg, "type=float;")) return 4;
+    if (strstr(msg, "type=double;")) return 8;
+    if (strstr(msg, "type=__half;")) return 2;
+    if (strstr(msg, "type=cuComplex;")) return 8;
+    if (strstr(msg, "type=cuDoubleComplex;")) return 16;
+    return 0;  // void: the Ex calls, typed by their compute type
+}
+
+static int scalar_bytes_of_compute(const char *msg) {
+    if (strstr(msg, "COMPUTE_64F")) return 8;
+    if (strstr(msg, "COMPUTE_16F")) return 2;
+    if (strstr(msg, "COMPUTE_32I") || strstr(msg, "COMPUTE_32F")) return 4;
+    return 0;
+}
+
+// Read while the call is in progress, before its event line is opened: a device read is a
+// driver call, which must neither be recorded as the trainer's nor wait on the events lock.
+typedef struct {
+    int mode, bytes, have[2];
+    unsigned long long bits[2];
+    long long batch;           // pointers read per array (0: none)
+    unsigned long long *ptrs;  // 3 * batch: Aarray's, Barray's, Carray's (0 where unread)
+} GemmExtras;
+
+// alpha's and beta's first min(bytes, 8) bytes as little-endian integers
+static void read_scalars(GemmExtras *x) {
+    size_t n = x->bytes < 8 ? (size_t)x->bytes : 8;
+    unsigned long long values[2] = {tl_alpha, tl_beta};
+    CUstream stream = x->mode == 1 ? handle_stream(tl_handle) : NULL;
+    for (int i = 0; i < 2; ++i) {
+        x->bits[i] = 0;
+        if (x->mode == 0 && values[i]) {
+            memcpy(&x->bits[i], (const void *)(uintptr_t)values[i], n);
+            x->have[i] = 1;
+        } else if (x->mode == 1) {
+            x->have[i] = device_read(&x->bits[i], values[i], n, stream);
+        }
+    }
+}
+
+static void read_pointer_arrays(GemmExtras *x, long long batch) {
+    if (batch <= 0 || batch > MAX_BATCH_POINTERS) return;
+    x->ptrs = calloc(3 * (size_t)batch, sizeof *x->ptrs);
+    if (!x->ptrs) return;
+    x->batch = batch;
+    CUstream stream = handle_stream(tl_handle);
+    for (int i = 0; i < 3; ++i) {
+        unsigned long long *dst = x->ptrs + i * batch;
+        if (!tl_arrays[i] || !device_read(dst, tl_arrays[i], (size_t)batch * sizeof *dst, stream))
+            dst[0] = 0, tl_arrays[i] = 0;  // unread: not written
+    }
+}
+
+static void write_extras(const GemmExtras *x) {
+    static const char *keys[3] = {"a_ptrs", "b_ptrs", "c_ptrs"};
+    if (x->mode >= 0) {
+        fprintf(g.events, ",\"pointer_mode\":%d,\"scalar_bytes\":%d", x->mode, x->bytes);
+        if (x->have[0]) fprintf(g.events, ",\"alpha_bits\":%llu", x->bits[0]);
+        if (x->have[1]) fprintf(g.events, ",\"beta_bits\":%llu", x->bits[1]);
+    }
+    for (int i = 0; x->ptrs && i < 3; ++i) {
+        if (!tl_arrays[i]) continue;
+        fprintf(g.events, ",\"%s\":[", keys[i]);
+        for (long long b = 0; b < x->batch; ++b)
+            fprintf(g.events, "%s%llu", b ? "," : "", x->ptrs[i * x->batch + b]);
+        fputc(']', g.events);
+    }
+}
+
 static void on_cublas_log(const char *msg) {
     if (tl_inside || tl_in_log || !msg) return;
     const char *header = strstr(msg, "I! cuBLAS");
     if (header) {
         tl_gemm_call = strstr(header, "emm") != NULL;  // cublasSgemm_v2, cublasGemmEx, ...
-        tl_handle = 0;
+        tl_handle = tl_alpha = tl_beta = 0;
+        tl_arrays[0] = tl_arrays[1] = tl_arrays[2] = 0;
+        tl_scalar_bytes = -1;
     }
     unsigned long long handle = hex_after(msg, "handle:");
     if (handle) tl_handle = handle;
-    unsigned long long alpha = 0, beta = 0;
-    int mode = -1;
-    if (tl_gemm_call && strstr(msg, "type=float;")) {
-        alpha = hex_after(msg, "alpha:");
-        beta = hex_after(msg, "beta:");
-        if (alpha || beta) mode = pointer_mode(tl_handle);
+    int scalars = 0;  // this line completes alpha and beta: write them on its event
+    long long batch = -1;
+    if (tl_gemm_call) {
+        if (strstr(msg, "i!  alpha:")) {
+            tl_alpha = hex_after(msg, "alpha:");
+            tl_scalar_bytes = scalar_bytes_of_type(msg);
+        } else if (strstr(msg, "i!  beta:")) {
+            tl_beta = hex_after(msg, "beta:");
+            scalars = tl_scalar_bytes > 0;
+        } else if (strstr(msg, "i!  computeType:") && tl_scalar_bytes == 0) {
+            tl_scalar_bytes = scalar_bytes_of_compute(msg);
+            scalars = tl_scalar_bytes > 0;
+        } else if (strstr(msg, "i!  Aarray:")) {
+            tl_arrays[0] = hex_after(msg, "Aarray:");
+        } else if (strstr(msg, "i!  Barray:")) {
+            tl_arrays[1] = hex_after(msg, "Barray:");
+        } else if (strstr(msg, "i!  Carray:")) {
+            tl_arrays[2] = hex_after(msg, "Carray:");
+        } else if (strstr(msg, "i!  batchCount:") && (tl_arrays[0] || tl_arrays[2])) {
+            batch = int_after(msg, "batchCount:");
+        }
     }
-    if (!begin_event("cublas")) return;
-    fputs(",\"msg\":", g.events);
-    json_string(g.events, msg);
-    if (mode >= 0) fprintf(g.events, ",\"pointer_mode\":%d", mode);
-    uint32_t bits;
-    if (mode == 0 && alpha) {
-        memcpy(&bits, (const void *)(uintptr_t)alpha, sizeof bits);
-        fprintf(g.events, ",\"alpha_bits\":%u", bits);
+    GemmExtras x = {.mode = -1, .bytes = tl_scalar_bytes};
+    tl_inside = 1;  // our own driver calls (device reads) are no events of the trainer
+    if (scalars && (x.mode = pointer_mode(tl_handle)) >= 0) read_scalars(&x);
+    if (batch > 0) read_pointer_arrays(&x, batch);
+    tl_inside = 0;
+    if (begin_event("cublas")) {
+        fputs(",\"msg\":", g.events);
+        json_string(g.events, msg);
+        write_extras(&x);
+        end_event();
     }
-    if (mode == 0 && beta) {
-        memcpy(&bits, (const void *)(uintptr_t)beta, sizeof bits);
-        fprintf(g.events, ",\"beta_bits\":%u", bits);
+    free(x.ptrs);
+}
+
+/* ---- cuBLASLt: its own logger, API calls only; a matmul's layouts from its descriptors ---- */
+typedef int (*LtGetAttrFn)(void *, int, void *, size_t, size_t *);
+typedef void (*LtLoggerFn)(int, const char *, const char *);
+typedef int (*LtSetCallbackFn)(LtLoggerFn);
+typedef int (*LtSetMaskFn)(int);
+typedef int (*LtSetFileFn)(FILE *);
+static LtGetAttrFn g_lt_layout_get, g_lt_desc_get;
+#define LT_LOG_API 16  // cublasLtLoggerSetMask: the API trace alone
+
+// "A=0X7F00 Adesc=0X55..." -> the value of `key` (a whole word of the message), 0 if absent
+static unsigned long long lt_field(const char *msg, const char *key) {
+    size_t n = strlen(key);
+    for (const char *p = msg; (p = strstr(p, key)) != NULL; p += n) {
+        if ((p == msg || p[-1] == ' ') && p[n] == '=') return strtoull(p + n + 1, NULL, 16);
     }
+    return 0;
+}
+
+static long long lt_attr(LtGetAttrFn get, unsigned long long desc, int attr, int bytes) {
+    int64_t wide = 0;
+    int32_t narrow = 0;
+    size_t written = 0;
+    void *buf = bytes == 4 ? (void *)&narrow : (void *)&wide;
+    if (!get || !desc || get((void *)(uintptr_t)desc, attr, buf, (size_t)bytes, &written) != 0)
+        return -1;
+    return bytes == 4 ? (long long)narrow : (long long)wide;
+}
+
+// [type, order, rows, cols, ld, batch count, batch stride] of one matrix layout (-1: unreadable)
+static void write_layout(const char *key, unsigned long long desc) {
+    static const int attrs[7][2] = {{0, 4}, {1, 4}, {2, 8}, {3, 8}, {4, 8}, {5, 4}, {6, 8}};
+    fprintf(g.events, ",\"%s\":", key);
+    if (!desc) {
+        fputs("null", g.events);
+        return;
+    }
+    for (int i = 0; i < 7; ++i)
+        fprintf(g.events, "%c%lld", i ? ',' : '[', lt_attr(g_lt_layout_get, desc, attrs[i][0],
+                                                          attrs[i][1]));
+    fputc(']', g.events);
+}
+
+static void on_cublaslt_log(int level, const char *function, const char *msg) {
+    (void)level;
+    if (tl_inside || !function || !msg || strcmp(function, "cublasLtMatmul") != 0) return;
+    unsigned long long desc = lt_field(msg, "computeDesc");
+    if (!begin_event("ltmatmul")) return;
+    fprintf(g.events, ",\"a\":%llu,\"b\":%llu,\"c\":%llu,\"d\":%llu", lt_field(msg, "A"),
+            lt_field(msg, "B"), lt_field(msg, "C"), lt_field(msg, "D"));
+    write_layout("adesc", lt_field(msg, "Adesc"));
+    write_layout("bdesc", lt_field(msg, "Bdesc"));
+    write_layout("cdesc", lt_field(msg, "Cdesc"));
+    write_layout("ddesc", lt_field(msg, "Ddesc"));
+    // compute type, scale type, pointer mode, transa, transb (MATMUL_DESC attributes 0..4)
+    fputs(",\"desc\":[", g.events);
+    for (int attr = 0; attr <= 4; ++attr)
+        fprintf(g.events, "%s%lld", attr ? "," : "", lt_attr(g_lt_desc_get, desc, attr, 4));
+    fputc(']', g.events);
     end_event();
 }
 
 static void try_hook_cublas(void) {
     static const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; ++i) {
+    static const char *lt_names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+    for (size_t i = 0; !g.lt_hooked && i < sizeof lt_names / sizeof *lt_names; ++i) {
+        void *h = dlopen(lt_names[i], RTLD_NOW | RTLD_NOLOAD);
+        if (!h) continue;
+        LtSetCallbackFn set_cb = (LtSetCallbackFn)dlsym(h, "cublasLtLoggerSetCallback");
+        LtSetMaskFn set_mask = (LtSetMaskFn)dlsym(h, "cublasLtLoggerSetMask");
+        g_lt_layout_get = (LtGetAttrFn)dlsym(h, "cublasLtMatrixLayoutGetAttribute");
+        g_lt_desc_get = (LtGetAttrFn)dlsym(h, "cublasLtMatmulDescGetAttribute");
+        LtSetFileFn set_file = (LtSetFileFn)dlsym(h, "cublasLtLoggerSetFile");
+        // the logger also prints every line to its file (stdout by default): the trainer's
+        // output must stay its own
+        FILE *quiet = set_file ? fopen("/dev/null", "w") : NULL;
+        if (set_cb && set_mask && quiet) {
+            set_file(quiet);
+            set_cb(on_cublaslt_log);
+            set_mask(LT_LOG_API);
+            g.lt_hooked = 1;
+            char msg[256];
+            snprintf(msg, sizeof msg, "cublasLt logger attached: %s", lt_names[i]);
+            note(msg);
+        }
+    }
+    for (size_t i = 0; !g.cublas_hooked && i < sizeof names / sizeof *names; ++i) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
         if (!h) continue;
         LoggerConfigureFn configure = (LoggerConfigureFn)dlsym(h, "cublasLoggerConfigure");
         SetLoggerFn set_logger = (SetLoggerFn)dlsym(h, "cublasSetLoggerCallback");
         g.get_pointer_mode = (GetPointerModeFn)dlsym(h, "cublasGetPointerMode_v2");
+        g_get_stream = (GetStreamFn)dlsym(h, "cublasGetStream_v2");
         if (configure && set_logger) {
             configure(1, 0, 0, NULL);
             set_logger(on_cublas_log);
@@ -246,7 +463,6 @@ static void try_hook_cublas(void) {
             char msg[256];
             snprintf(msg, sizeof msg, "cublas logger attached: %s", names[i]);
             note(msg);
-            return;
         }
     }
 }
@@ -315,6 +531,36 @@ static void snap_concat(unsigned long long launch, const char *when, CUdeviceptr
     free(host);
 }
 
+// A kernel's name as its source spells it: the symbol itself for an extern "C" kernel, the last
+// identifier of an Itanium-mangled C++ name ("_Z19sp14_scale_wire_colPfPKfiiii",
+// "_ZN4sp1419sp14_scale_wire_colE...") otherwise. `out` holds it when it had to be cut out.
+static const char *source_name(const char *symbol, char *out, size_t size) {
+    if (!symbol || strncmp(symbol, "_Z", 2) != 0) return symbol;
+    const char *p = symbol + 2, *last = NULL;
+    long last_len = 0;
+    int nested = 0;
+    if (*p == 'L') ++p;  // internal linkage
+    if (*p == 'N') {
+        nested = 1;
+        ++p;
+        while (*p == 'K' || *p == 'V' || *p == 'r') ++p;  // cv-qualifiers of a member
+    }
+    while (*p >= '1' && *p <= '9') {
+        char *end;
+        long len = strtol(p, &end, 10);
+        if (len <= 0 || (long)strnlen(end, (size_t)len) < len) return symbol;
+        last = end;
+        last_len = len;
+        p = end + len;
+        if (!nested) break;
+        if (*p == 'L') ++p;
+    }
+    if (!last || (size_t)last_len >= size) return symbol;
+    memcpy(out, last, (size_t)last_len);
+    out[last_len] = '\0';
+    return out;
+}
+
 static int wants_snapshot(const char *name) {
     if (!name || !g.snapshot_kernels[0]) return 0;
     size_t n = strlen(name);
@@ -322,6 +568,29 @@ static int wants_snapshot(const char *name) {
         int starts = p == g.snapshot_kernels || p[-1] == ',';
         int ends = p[n] == '\0' || p[n] == ',';
         if (starts && ends) return 1;
+    }
+    return 0;
+}
+
+// The ABI kernels' parameter sizes (SPEC section 3): their snapshots read the arguments by these,
+// so a kernel of the same name with another signature is never snapshotted.
+static int abi_signature(const char *name, const size_t *sizes, int n) {
+    static const struct {
+        const char *name;
+        int n;
+        size_t sizes[8];
+    } abi[] = {
+        {"sp14_scale_wire_col", 6, {8, 8, 4, 4, 4, 4}},
+        {"accumulate_d_h_s2_from_concat", 5, {8, 8, 4, 4, 4}},
+        {"polyak_ema", 4, {8, 8, 4, 8}},
+        {"sp14_dir_concat_qaux", 8, {8, 8, 8, 4, 4, 4, 4, 4}},
+    };
+    for (size_t k = 0; k < sizeof abi / sizeof *abi; ++k) {
+        if (strcmp(name, abi[k].name) != 0) continue;
+        if (n != abi[k].n) return 0;
+        for (int i = 0; i < n; ++i)
+            if (sizes[i] != abi[k].sizes[i]) return 0;
+        return 1;
     }
     return 0;
 }
@@ -356,37 +625,40 @@ static void abi_snapshots(unsigned long long launch, const char *when, const cha
     }
 }
 
-static int stream_capturing(CUstream s) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (g.is_capturing && g.is_capturing(s, &status) != CUDA_SUCCESS) return 0;
-    return status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 /* ---- kernel launches ---- */
+static __thread int tl_snapshot;  // the launch entered on this thread is snapshotted at its exit
+
+// One launch, through the driver API (cuLaunchKernel, cuLaunchKernelEx) or the runtime API
+// (cudaLaunchKernel, cudaLaunchKernelExC, <<<>>>): its event at the call's entry, its ABI
+// snapshots before it, and after it at the call's exit.
 static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned int grid[3],
                       const unsigned int block[3], CUstream stream, void **params) {
-    const char *name = cb->symbolName ? cb->symbolName : "?";
-    int snapshot = params && wants_snapshot(name) && !stream_capturing(stream);
+    char buf[256];
+    const char *symbol = cb->symbolName ? cb->symbolName : "?";
+    const char *name = source_name(symbol, buf, sizeof buf);
     if (cb->callbackSite == CUPTI_API_EXIT) {
-        if (snapshot && g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS) {
+        if (tl_snapshot && g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS) {
             abi_snapshots(*(unsigned long long *)cb->correlationData, "after", name, params);
             flush_all();
         }
+        tl_snapshot = 0;
         return;
     }
-    if (!g.cublas_hooked) try_hook_cublas();
+    if (!g.cublas_hooked || !g.lt_hooked) try_hook_cublas();
     size_t offsets[MAX_PARAMS], sizes[MAX_PARAMS];
     int n = 0;
-    while (params && g.param_info && n < MAX_PARAMS &&
+    while (params && f && g.param_info && n < MAX_PARAMS &&
            g.param_info(f, (size_t)n, &offsets[n], &sizes[n]) == CUDA_SUCCESS)
         ++n;
+    tl_snapshot = params && wants_snapshot(name) && abi_signature(name, sizes, n) &&
+                  !stream_capturing(stream);
     if (!begin_event("kernel")) return;
     unsigned long long seq = g.seq - 1;
     *(unsigned long long *)cb->correlationData = seq;
     fputs(",\"api\":", g.events);
     json_string(g.events, cb->functionName);
     fputs(",\"name\":", g.events);
-    json_string(g.events, name);
+    json_string(g.events, symbol);
     fprintf(g.events, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"params\":[", grid[0], grid[1],
             grid[2], block[0], block[1], block[2]);
     for (int i = 0; i < n; ++i) {
@@ -403,10 +675,133 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         if (g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS)
             snap(seq, "step_start", "target", g.polyak_target, g.polyak_n);
     }
-    if (snapshot && g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS) {
+    if (tl_snapshot && g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS) {
         abi_snapshots(seq, "before", name, params);
         flush_all();
     }
+}
+
+/* ---- a runtime launch's CUfunction: the process's own cudaGetFuncBySymbol ---- */
+// The host stub a runtime launch names is registered with the copy of the CUDA runtime that the
+// code holding it was linked with: a shared libcudart (found with dlsym), or a static one inside
+// the executable or a library (found in that file's symbol table, as nvcc links by default).
+// Each candidate is asked in turn; a failed ask clears that runtime's last error, so the
+// trainer's own cudaGetLastError() never sees it. Answers are cached by stub.
+typedef int (*GetFuncFn)(CUfunction *, const void *);
+typedef int (*LastErrorFn)(void);
+#define MAX_RUNTIMES 8
+#define FUNC_CACHE 4096
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t lock;
+    int count;
+    GetFuncFn get[MAX_RUNTIMES];
+    LastErrorFn clear[MAX_RUNTIMES];
+    const void *stub[FUNC_CACHE];
+    CUfunction fn[FUNC_CACHE];
+} rt = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void add_runtime(void *get, void *clear) {
+    if (!get || rt.count >= MAX_RUNTIMES) return;
+    for (int i = 0; i < rt.count; ++i)
+        if (rt.get[i] == (GetFuncFn)get) return;
+    rt.get[rt.count] = (GetFuncFn)get;
+    rt.clear[rt.count] = (LastErrorFn)clear;
+    ++rt.count;
+}
+
+// Defined functions `names[i]` of an ELF file's static symbol table (.symtab), 0 where absent.
+static void elf_symbols(const char *path, const char *const *names, uintptr_t *found, int n) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(Elf64_Ehdr)) {
+        close(fd);
+        return;
+    }
+    size_t size = (size_t)st.st_size;
+    unsigned char *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)map;
+    int ok = memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+             eh->e_shentsize == sizeof(Elf64_Shdr) &&
+             eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr) <= size;
+    const Elf64_Shdr *sh = ok ? (const Elf64_Shdr *)(map + eh->e_shoff) : NULL;
+    for (int i = 0; ok && i < eh->e_shnum; ++i) {
+        if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+        const Elf64_Shdr *strtab = &sh[sh[i].sh_link];
+        if (sh[i].sh_offset + sh[i].sh_size > size || strtab->sh_offset + strtab->sh_size > size)
+            continue;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(map + sh[i].sh_offset);
+        const char *str = (const char *)(map + strtab->sh_offset);
+        size_t count = sh[i].sh_size / sizeof(Elf64_Sym);
+        for (size_t k = 0; k < count; ++k) {
+            if (sym[k].st_shndx == SHN_UNDEF || ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC ||
+                sym[k].st_name >= strtab->sh_size)
+                continue;
+            for (int j = 0; j < n; ++j)
+                if (!found[j] && strcmp(str + sym[k].st_name, names[j]) == 0)
+                    found[j] = sym[k].st_value;
+        }
+    }
+    munmap(map, size);
+}
+
+static int find_runtime_in(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    (void)data;
+    static const char *const names[2] = {"cudaGetFuncBySymbol", "cudaGetLastError"};
+    const char *path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
+    if (strstr(path, "libcupti") || strstr(path, "egf_capture_recorder") ||
+        strstr(path, "linux-vdso") || strstr(path, "libcuda.so"))
+        return 0;
+    if (info->dlpi_name && info->dlpi_name[0]) {
+        void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+        if (h) add_runtime(dlsym(h, names[0]), dlsym(h, names[1]));
+    }
+    uintptr_t found[2] = {0, 0};
+    elf_symbols(path, names, found, 2);
+    if (found[0] && found[1])
+        add_runtime((void *)(info->dlpi_addr + found[0]), (void *)(info->dlpi_addr + found[1]));
+    return 0;
+}
+
+static void find_runtimes(void) {
+    add_runtime(dlsym(RTLD_DEFAULT, "cudaGetFuncBySymbol"), dlsym(RTLD_DEFAULT, "cudaGetLastError"));
+    dl_iterate_phdr(find_runtime_in, NULL);
+    char msg[128];
+    snprintf(msg, sizeof msg, "cudaGetFuncBySymbol: %d copies of the CUDA runtime found", rt.count);
+    note(msg);
+}
+
+static CUfunction function_of(const void *stub) {
+    pthread_once(&rt.once, find_runtimes);
+    size_t slot = ((uintptr_t)stub >> 4) % FUNC_CACHE;
+    pthread_mutex_lock(&rt.lock);
+    for (size_t probe = 0; probe < FUNC_CACHE; ++probe, slot = (slot + 1) % FUNC_CACHE) {
+        if (rt.stub[slot] == stub) {
+            CUfunction f = rt.fn[slot];
+            pthread_mutex_unlock(&rt.lock);
+            return f;
+        }
+        if (!rt.stub[slot]) break;
+    }
+    pthread_mutex_unlock(&rt.lock);
+    CUfunction f = NULL;
+    for (int i = 0; i < rt.count && !f; ++i) {
+        if (rt.get[i](&f, stub) != 0) {
+            f = NULL;
+            if (rt.clear[i]) rt.clear[i]();
+        }
+    }
+    pthread_mutex_lock(&rt.lock);
+    if (!rt.stub[slot]) {  // a full cache only forgets: the next launch of this stub asks again
+        rt.stub[slot] = stub;
+        rt.fn[slot] = f;
+    }
+    pthread_mutex_unlock(&rt.lock);
+    return f;
 }
 
 static void memory_event(const char *ev, const char *api, unsigned long long dst,
@@ -422,6 +817,16 @@ static void memory_event(const char *ev, const char *api, unsigned long long dst
 static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     const void *p = cb->functionParams;
     int enter = cb->callbackSite == CUPTI_API_ENTER;
+    switch (id) {
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+            if (tl_rt_depth > 0 && tl_rt_launch) return;  // the runtime launch recorded it
+            break;
+        default:
+            break;
+    }
     switch (id) {
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
@@ -443,7 +848,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         default:
             break;
     }
-    if (!g.cublas_hooked) try_hook_cublas();
+    if (!g.cublas_hooked || !g.lt_hooked) try_hook_cublas();
     if (id == CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 && !enter) {
         const cuMemAlloc_v2_params *a = p;
         memory_event("alloc", cb->functionName, *a->dptr, 0, (long long)a->bytesize, 0);
@@ -505,42 +910,103 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     }
 }
 
-/* ---- runtime API: only what reached no driver callback of its own ---- */
+/* ---- runtime API ---- */
+// A runtime launch is recorded at its own entry, with its arguments, from the CUfunction behind
+// its host stub: the driver's launch callbacks do not fire for it (the runtime reaches the
+// driver through no public entry point), and where a driver callback does fire inside it, that
+// is the same launch (tl_rt_launch), not recorded twice. Memsets, copies and allocations
+// through the runtime are recorded at their exit, only where no driver callback wrote one
+// inside the call (tl_rt_covered).
+enum { RT_ENTER, RT_EXIT, RT_UNDECODED };
+
+// ENTER: the launch with its arguments (0 when its CUfunction cannot be found); EXIT: the
+// snapshots after it; UNDECODED: its name, grid and block only (the reader refuses an ABI kernel
+// launched so, naming it).
+static int runtime_launch(const CUpti_CallbackData *cb, CUpti_CallbackId id, int what) {
+    const void *p = cb->functionParams;
+    const void *stub;
+    unsigned int grid[3], block[3];
+    CUstream stream;
+    void **args;
+    if (id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060 ||
+        id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060) {
+        const cudaLaunchKernelExC_v11060_params *a = p;
+        const cudaLaunchConfig_t *c = a->config;
+        if (!c) return 0;
+        stub = a->func;
+        args = a->args;
+        stream = (CUstream)c->stream;
+        grid[0] = c->gridDim.x, grid[1] = c->gridDim.y, grid[2] = c->gridDim.z;
+        block[0] = c->blockDim.x, block[1] = c->blockDim.y, block[2] = c->blockDim.z;
+    } else {
+        const cudaLaunchKernel_v7000_params *a = p;
+        stub = a->func;
+        args = a->args;
+        stream = (CUstream)a->stream;
+        grid[0] = a->gridDim.x, grid[1] = a->gridDim.y, grid[2] = a->gridDim.z;
+        block[0] = a->blockDim.x, block[1] = a->blockDim.y, block[2] = a->blockDim.z;
+    }
+    if (what == RT_ENTER) {
+        CUfunction f = function_of(stub);
+        if (!f) return 0;
+        on_launch(cb, f, grid, block, stream, args);
+        return 1;
+    }
+    if (what == RT_EXIT) {
+        on_launch(cb, NULL, grid, block, stream, args);
+        return 1;
+    }
+    if (!begin_event("kernel")) return 1;
+    fputs(",\"api\":", g.events);
+    json_string(g.events, cb->functionName);
+    fputs(",\"name\":", g.events);
+    json_string(g.events, cb->symbolName ? cb->symbolName : "?");
+    fprintf(g.events, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"params\":null", grid[0],
+            grid[1], grid[2], block[0], block[1], block[2]);
+    end_event();
+    return 1;
+}
+
 static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     int launch = id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000 ||
-                 id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000;
+                 id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000 ||
+                 id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060 ||
+                 id == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060;
     int memset_ = id == CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020 ||
                   id == CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020 ||
                   id == CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000;
     int copy = id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020 ||
                id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020 ||
                id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000;
-    if (!launch && !memset_ && !copy) return;
+    int alloc = id == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020;
+    if (!launch && !memset_ && !copy && !alloc) return;
     if (cb->callbackSite == CUPTI_API_ENTER) {
-        if (tl_rt_depth++ == 0) tl_rt_covered = 0;
+        if (tl_rt_depth++ == 0) tl_rt_covered = tl_rt_launch = 0;
+        if (launch && tl_rt_depth == 1 && runtime_launch(cb, id, RT_ENTER)) tl_rt_launch = 1;
         return;
     }
-    if (--tl_rt_depth > 0 || tl_rt_covered) return;
+    if (--tl_rt_depth > 0) return;
+    if (launch && tl_rt_launch) {
+        tl_rt_launch = 0;
+        runtime_launch(cb, id, RT_EXIT);
+        return;
+    }
+    if (tl_rt_covered) return;
     const void *p = cb->functionParams;
     if (launch) {
-        const cudaLaunchKernel_v7000_params *a = p;
-        if (!begin_event("kernel")) return;
-        fputs(",\"api\":", g.events);
-        json_string(g.events, cb->functionName);
-        fputs(",\"name\":", g.events);
-        json_string(g.events, cb->symbolName ? cb->symbolName : "?");
-        fprintf(g.events, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"params\":null",
-                a->gridDim.x, a->gridDim.y, a->gridDim.z, a->blockDim.x, a->blockDim.y,
-                a->blockDim.z);
-        end_event();
+        runtime_launch(cb, id, RT_UNDECODED);
     } else if (memset_) {
         const cudaMemsetAsync_v3020_params *a = p;
         memory_event("memset", cb->functionName, (uintptr_t)a->devPtr, 0, (long long)a->count,
                      a->value);
-    } else {
+    } else if (copy) {
         const cudaMemcpyAsync_v3020_params *a = p;
         memory_event("copy", cb->functionName, (uintptr_t)a->dst, (uintptr_t)a->src,
                      (long long)a->count, a->kind);
+    } else if (cb->functionReturnValue && *(const int *)cb->functionReturnValue == 0) {
+        const cudaMalloc_v3020_params *a = p;
+        if (a->devPtr)
+            memory_event("alloc", cb->functionName, (uintptr_t)*a->devPtr, 0, (long long)a->size, 0);
     }
 }
 

@@ -1,9 +1,12 @@
 """Read a capture folder: the recorder's event lines and snapshot bytes, one process at a time.
 
-The recorder writes raw facts (a kernel's parameter bytes, cuBLAS's own log text). Here they
-are decoded: a kernel whose name is in egf-audit's kernel table gets its parameters by name and
-C type; a `cublasSgemm_v2` log message becomes the SGEMM's arguments, with alpha and beta from
-the bits the recorder read while the call was in progress.
+The recorder writes raw facts (a kernel's parameter bytes, cuBLAS's own log text, a
+cublasLtMatmul's descriptors). Here they are decoded: a kernel whose name (its symbol, or the
+identifier inside a C++-mangled symbol) is in egf-audit's kernel table gets its parameters by
+name and C type; every cuBLAS GEMM call, of any entry point, becomes the GEMM's arguments in one
+form (capture/gemms.py), with alpha and beta from the bits the recorder read while the call was
+in progress. A cublasLtMatmul that cuBLAS itself made inside a classic call it was logging is
+that call, not a second GEMM.
 
 Fail closed: a capture is evidence, so a file that cannot be read whole and as the recorder
 writes it is refused, never read in part. Every problem is one UsageError (exit 2) naming the
@@ -12,9 +15,10 @@ file by its name in the folder and, for events, the 1-based line: a path that is
 JSON object or is cut off, an event kind or key the recorder does not write, a key of the wrong
 type or out of bounds, seqs that do not increase, a snapshot of no launch seen before it or
 pointing past the end of the snapshots file, an ABI kernel launch or a cublasSgemm_v2 call whose
-arguments were not decoded. A file that ends between two lines without the recorder's exit event
-(the process was killed, or crashed) reads, with `ended` False, and the audit calls the capture
-incomplete; one that ends inside a line is cut off, and refused.
+arguments were not decoded, a GEMM whose logged shape no GEMM can have. A file that ends between
+two lines without the recorder's exit event (the process was killed, or crashed) reads, with
+`ended` False, and the audit calls the capture incomplete; one that ends inside a line is cut
+off, and refused.
 
 Memory stays bounded: lines are read one at a time (each at most MAX_LINE_BYTES), a plain
 snapshots file is mapped read-only and every region's values are a view into it, and records keep
@@ -51,6 +55,8 @@ from egf_audit.runtime.contract import (
     SCALE_KERNEL,
 )
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
+
+from .gemms import classic_gemm, lt_gemm
 
 EVENTS_GLOB = "events-*.jsonl*"  # .jsonl as written, .jsonl.gz as committed fixtures keep it
 EVENTS_NAME = re.compile(r"events-(\d+)\.jsonl(\.gz)?")
@@ -117,6 +123,8 @@ def _hash(value: Any) -> str | None:
 
 
 _U32 = _integer(0, 2**32 - 1, "2**32 - 1")
+_U64 = _integer(0, 2**64 - 1, "2**64 - 1")
+_ANY64 = _integer(-(2**63), 2**63 - 1, "2**63 - 1")
 
 
 def _dim3(value: Any) -> str | None:
@@ -152,6 +160,31 @@ def _params(value: Any) -> str | None:
     return None
 
 
+def _pointers(value: Any) -> str | None:
+    """A pointer-array GEMM's pointers, as the recorder read them from the device."""
+    if type(value) is not list or len(value) > MAX_BATCH_POINTERS:
+        return f"must be a list of at most {MAX_BATCH_POINTERS} pointers"
+    if any(type(v) is not int or not 0 <= v < 2**64 for v in value):
+        return "must hold integers from 0 to 2**64 - 1"
+    return None
+
+
+def _lt_layout(value: Any) -> str | None:
+    """null, or [type, order, rows, cols, ld, batch count, batch stride] (-1: unreadable)."""
+    if value is None:
+        return None
+    if type(value) is list and len(value) == 7 and all(_ANY64(v) is None for v in value):
+        return None
+    return "must be null or a list of 7 integers"
+
+
+def _lt_desc(value: Any) -> str | None:
+    if type(value) is list and len(value) == 5 and all(_ANY64(v) is None for v in value):
+        return None
+    return "must be a list of 5 integers"
+
+
+MAX_BATCH_POINTERS = 4096  # the recorder's MAX_BATCH_POINTERS
 SEQ = _integer(0, 2**63 - 1, "2**63 - 1")
 U64 = _integer(0, 2**64 - 1, "2**64 - 1")
 PID = _integer(0, 2**31 - 1, "2**31 - 1")
@@ -179,6 +212,17 @@ FIELDS: dict[str, dict[str, Check]] = {
     "copy": MEMORY,
     "alloc": MEMORY,
     "cublas": {"msg": _string},
+    "ltmatmul": {
+        "a": U64,
+        "b": U64,
+        "c": U64,
+        "d": U64,
+        "adesc": _lt_layout,
+        "bdesc": _lt_layout,
+        "cdesc": _lt_layout,
+        "ddesc": _lt_layout,
+        "desc": _lt_desc,
+    },
     "snapshot": {
         "launch": SEQ,
         "when": _one_of(*SNAPSHOT_WHEN),
@@ -195,8 +239,18 @@ FIELDS: dict[str, dict[str, Check]] = {
     "exit": {"pid": PID},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
-    # written only on the log line of a float alpha/beta of a GEMM (pointer mode 0 host, 1 device)
-    "cublas": {"pointer_mode": _integer(0, 1), "alpha_bits": _U32, "beta_bits": _U32},
+    # written on the log line that completes a GEMM's alpha and beta (pointer mode 0 host, 1
+    # device; scalar_bytes their size, 4 where absent) and on a pointer-array call's batchCount
+    # line (the pointers read from its arrays)
+    "cublas": {
+        "pointer_mode": _integer(0, 1),
+        "scalar_bytes": _integer(2, 16),
+        "alpha_bits": _U64,
+        "beta_bits": _U64,
+        "a_ptrs": _pointers,
+        "b_ptrs": _pointers,
+        "c_ptrs": _pointers,
+    },
 }
 
 
@@ -230,6 +284,34 @@ def _event_problem(event: dict[str, Any]) -> str | None:
 def _param_size(ctype: str) -> int:
     """The bytes a parameter of this C type takes: 8 for pointers and long long, else 4."""
     return 8 if ctype.endswith("*") or ctype == "long long" else 4
+
+
+_MANGLED_PART = re.compile(r"(\d+)")
+
+
+def source_name(symbol: str) -> str:
+    """A kernel's name as its source spells it: the symbol of an extern "C" kernel; the last
+    identifier of an Itanium-mangled C++ symbol (`_Z19sp14_scale_wire_colPfPKfiiii`,
+    `_ZN4sp1419sp14_scale_wire_colE...`), as the recorder reads it (source_name in its C)."""
+    if not symbol.startswith("_Z"):
+        return symbol
+    i = 2 + (symbol[2:3] == "L")
+    nested = symbol[i : i + 1] == "N"
+    if nested:
+        i += 1
+        while symbol[i : i + 1] in ("K", "V", "r"):
+            i += 1
+    last = ""
+    while (match := _MANGLED_PART.match(symbol, i)) is not None and symbol[i] != "0":
+        length = int(match.group(1))
+        start = match.end()
+        if length <= 0 or start + length > len(symbol):
+            return symbol
+        last, i = symbol[start : start + length], start + length
+        if not nested:
+            break
+        i += symbol[i : i + 1] == "L"
+    return last or symbol
 
 
 def _decode_params(name: str, raw: list[list[int]] | None) -> tuple[dict[str, Any], bool]:
@@ -304,22 +386,30 @@ def parse_cublas(msg: str) -> tuple[str, dict[str, Any]] | None:
     return call.group(1), _log_args(msg)
 
 
-def _sgemm_problem(args: dict[str, Any], bits: dict[str, Any]) -> str | None:
-    """What a cublasSgemm_v2 call's log left out, or gave in a form no SGEMM takes."""
-    missing = [k for k in SGEMM_ARGS if k not in args]
-    if bits.get("pointer_mode") != 1:  # device mode: alpha and beta stay on the device
-        missing += [f"{k} bits" for k in ("alpha", "beta") if f"{k}_bits" not in bits]
-    if missing:
-        return f"its log gives no {', '.join(missing)}"
+def _gemm_problem(function: str, args: dict[str, Any], bits: dict[str, Any]) -> str | None:
+    """What a logged GEMM call left out that its function always logs, or gave in a form no
+    GEMM takes (a cublasSgemm_v2 must give every argument and, in host pointer mode, the bits
+    of alpha and beta the recorder read)."""
+    if function == "cublasSgemm_v2":
+        missing = [k for k in SGEMM_ARGS if k not in args]
+        if bits.get("pointer_mode") != 1:  # device mode: read from the device where it could be
+            missing += [f"{k} bits" for k in ("alpha", "beta") if f"{k}_bits" not in bits]
+        if missing:
+            return f"its log gives no {', '.join(missing)}"
     for k in GEMM_OPS:
-        if args[k] not in ("N", "T", "C"):
+        if k in args and args[k] not in ("N", "T", "C"):
             return f"{k} {args[k]!r} is no CUBLAS_OP_N, _T or _C"
     for k in GEMM_INTS:
-        if type(args[k]) is not int or not 0 <= args[k] < 2**31:
+        if k in args and (type(args[k]) is not int or not 0 <= args[k] < 2**31):
             return f"{k} {args[k]!r} is no int from 0 to 2**31 - 1"
     for k in ("A", "B", "C"):
-        if type(args[k]) is not int or not 0 <= args[k] < 2**64:
+        if k in args and (type(args[k]) is not int or not 0 <= args[k] < 2**64):
             return f"{k} {args[k]!r} is no device pointer"
+    for k in ("batchCount", "strideA", "strideB", "strideC"):
+        if k in args and (type(args[k]) is not int or abs(args[k]) >= 2**62):
+            return f"{k} {args[k]!r} is no integer"
+    if "batchCount" in args and args["batchCount"] < 0:
+        return f"batchCount {args['batchCount']} is negative"
     return None
 
 
@@ -341,13 +431,24 @@ def _cublas_record(where: str, line: int, events: list[dict[str, Any]]) -> Recor
     if "gemm" not in function.lower():
         return None
     bits = {k: v for e in events for k, v in e.items() if k in OPTIONAL["cublas"]}
-    if function == "cublasSgemm_v2" and (problem := _sgemm_problem(args, bits)) is not None:
-        _refuse(f"{where} line {line}", f"cublasSgemm_v2 call: {problem}")
-    args["alpha"] = _float_bits(bits.get("alpha_bits"))
-    args["beta"] = _float_bits(bits.get("beta_bits"))
-    args["pointer_mode"] = bits.get("pointer_mode")
-    kind = "sgemm" if function == "cublasSgemm_v2" else "gemm"  # another GEMM: never bound
-    return Record(events[0]["seq"], kind, function, function, args, line=line)
+    if (problem := _gemm_problem(function, args, bits)) is not None:
+        _refuse(f"{where} line {line}", f"{function} call: {problem}")
+    kind = "sgemm" if function == "cublasSgemm_v2" else "gemm"
+    return Record(
+        events[0]["seq"], kind, function, function, classic_gemm(function, args, bits), line=line
+    )
+
+
+def _operand_set(args: dict[str, Any]) -> set[int]:
+    return {args[k] for k in ("A", "B", "C", "D") if isinstance(args.get(k), int)}
+
+
+def _inside_classic_call(last: Record | None, lt: dict[str, Any]) -> bool:
+    """A cublasLtMatmul cuBLAS made itself, inside the classic call it had just logged on the
+    same thread (nothing else recorded between them), on that call's own operands."""
+    if last is None or last.kind not in ("sgemm", "gemm") or last.api.startswith("cublasLt"):
+        return False
+    return _operand_set(lt) <= _operand_set(last.args)
 
 
 # ---- files ----
@@ -570,11 +671,14 @@ def read_process(events_path: Path) -> ProcessCapture:
     waiting_launch: dict[int, list[_Snapshot]] = {}
     last_seq, last_ev = -1, ""
 
+    last_record: dict[int, Record] = {}  # tid -> the last call recorded on that thread
+
     def close(tid: int) -> None:
         if tid in open_calls:
             line, messages = open_calls.pop(tid)
             if (record := _cublas_record(name, line, messages)) is not None:
                 proc.records.append(record)
+                last_record[tid] = record
 
     with _text_lines(events_path) as lines:
         for number, line in lines:
@@ -608,13 +712,21 @@ def read_process(events_path: Path) -> ProcessCapture:
             elif ev == "note":
                 proc.notes.append(event["msg"])
             elif ev == "kernel":
-                if (problem := _abi_problem(event["name"], event["params"])) is not None:
+                symbol = event["name"]
+                kname = source_name(symbol)
+                if kname not in KERNELS_BY_NAME:
+                    kname = symbol  # a kernel egf-audit does not know keeps its symbol
+                if (problem := _abi_problem(kname, event["params"])) is not None:
                     _refuse(where, problem)
-                args, decoded = _decode_params(event["name"], event["params"])
+                args, decoded = _decode_params(kname, event["params"])
                 args |= {"grid": event["grid"], "block": event["block"]}
+                if kname != symbol:
+                    args["symbol"] = symbol
                 # one string per kernel name, not one per launch
-                kernel, api = sys.intern(event["name"]), sys.intern(event["api"])
-                proc.records.append(Record(seq, ev, kernel, api, args, decoded, number))
+                kernel, api = sys.intern(kname), sys.intern(event["api"])
+                record = Record(seq, ev, kernel, api, args, decoded, number)
+                proc.records.append(record)
+                last_record[tid] = record
                 kernel_seqs.add(seq)
                 for snap in waiting_launch.pop(tid, []):
                     snap.launch = seq
@@ -622,6 +734,15 @@ def read_process(events_path: Path) -> ProcessCapture:
                 args = {k: event[k] for k in ("dst", "src", "bytes", "value")}
                 api = sys.intern(event["api"])
                 proc.records.append(Record(seq, ev, ev, api, args, True, number))
+                last_record[tid] = proc.records[-1]
+            elif ev == "ltmatmul":
+                args = lt_gemm(event)
+                if _inside_classic_call(last_record.get(tid), args):
+                    proc.internal_lt += 1
+                    continue
+                record = Record(seq, "gemm", "cublasLtMatmul", "cublasLtMatmul", args, True, number)
+                proc.records.append(record)
+                last_record[tid] = record
             elif ev == "snapshot":
                 if (problem := _snapshot_problem(event)) is not None:
                     _refuse(where, problem)

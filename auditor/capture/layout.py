@@ -18,6 +18,7 @@ the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -100,6 +101,9 @@ def load_layout_file(path: Path) -> CaptureLayout:
     if not isinstance(buffers, dict) or not buffers:
         raise UsageError(f'layout file {path}: "buffers" must name at least one buffer')
     for name, spec in buffers.items():
+        allocation = _allocation(spec, name, path)
+        if allocation is not None:
+            spec = {"address": 0, "bytes": allocation[0], **spec}
         if not isinstance(spec, dict) or not all(_count(spec.get(k)) for k in ("address", "bytes")):
             raise UsageError(f"layout file {path}: buffers.{name} needs integer address and bytes")
         size = spec["bytes"] // ELEMENT_BYTES
@@ -127,9 +131,60 @@ def load_layout_file(path: Path) -> CaptureLayout:
                     f"layout file {path}: tensor {tensor} of buffers.{name} does not fit its "
                     f"{size} elements"
                 )
-        layout.add(Buffer(name, spec["address"], size, tensors, "layout file", shaped))
-    _refuse_partial_overlaps(layout, path)
+        source = "layout file" if allocation is None else "layout file, by its allocation"
+        layout.add(
+            Buffer(name, spec["address"], size, tensors, source, shaped, allocation=allocation)
+        )
+    if not any(b.allocation for b in layout.buffers.values()):
+        _refuse_partial_overlaps(layout, path)
     return layout
+
+
+def _allocation(spec: Any, name: str, path: Path) -> tuple[int, int] | None:
+    """A buffer named by its allocation, `"allocation": {"bytes": N, "index": K}`: the K-th
+    (from 0) allocation of exactly N bytes the process made, for a trainer that cannot write
+    its addresses (its allocations' sizes and order are its code's)."""
+    if not isinstance(spec, dict) or "allocation" not in spec:
+        return None
+    raw = spec["allocation"]
+    if "address" in spec:
+        raise UsageError(
+            f"layout file {path}: buffers.{name} has both an address and an allocation"
+        )
+    if not (isinstance(raw, dict) and _count(raw.get("bytes")) and _count(raw.get("index"))):
+        raise UsageError(
+            f"layout file {path}: buffers.{name}.allocation must be "
+            '{"bytes": N, "index": K} with integers N, K >= 0'
+        )
+    if "bytes" in spec and spec["bytes"] > raw["bytes"]:
+        raise UsageError(f"layout file {path}: buffers.{name} is larger than its allocation")
+    return raw["bytes"], raw["index"]
+
+
+def place(layout: CaptureLayout, proc: ProcessCapture) -> tuple[CaptureLayout, str]:
+    """The layout with every buffer named by its allocation at that allocation's address in this
+    process (`alloc` records, in program order), and a note naming those it does not hold (left
+    out: nothing is named at a guessed address). Buffers named by address stay."""
+    if not any(b.allocation for b in layout.buffers.values()):
+        return layout, ""
+    seen: dict[int, list[int]] = {}
+    for r in proc.records:
+        if r.kind == "alloc":
+            seen.setdefault(r.args["bytes"], []).append(r.args["dst"])
+    placed = CaptureLayout(dims=dict(layout.dims), from_file=layout.from_file)
+    missing = []
+    for b in layout.buffers.values():
+        if b.allocation is None:
+            placed.add(b)
+            continue
+        nbytes, index = b.allocation
+        found = seen.get(nbytes, [])
+        if index >= len(found):
+            missing.append(f"{b.name} (allocation {index} of {nbytes} bytes)")
+            continue
+        placed.add(dataclasses.replace(b, base=found[index]))
+    note = f"not in this process: {', '.join(missing)}" if missing else ""
+    return placed, note
 
 
 def _refuse_partial_overlaps(layout: CaptureLayout, path: Path) -> None:
@@ -256,7 +311,7 @@ def infer_layout(proc: ProcessCapture) -> CaptureLayout:
 def _infer_from_gemms(proc: ProcessCapture, layout: CaptureLayout) -> None:
     scratch = layout.buffers[DIR_CONCAT]
     B, width = layout.dims["B"], layout.dims["SH2"] + 1
-    gemms = [r for r in proc.records if r.kind == "sgemm"]
+    gemms = [r for r in proc.records if r.kind in ("sgemm", "gemm") and "unbound" not in r.args]
     w_b0fc = None
     for r in gemms:
         if _reads_scratch(r, scratch.base) == "columns":

@@ -1,0 +1,148 @@
+"""Every cuBLAS GEMM entry point as one form: the SGEMM's shape arguments, its pointers, and what
+a batched, typed or cuBLASLt call adds (runtime/capture_model.py names the keys).
+
+Two sources. cuBLAS's own logger words each call of the classic API (`cublasSgemm_v2`,
+`cublasGemmEx`, `cublasSgemmStridedBatched`, `cublasGemmStridedBatchedEx`, `cublasSgemmBatched`,
+...) as one line per argument, named as in cublas_api.h; the recorder adds alpha's and beta's
+bits and, for a pointer-array call, the pointers it read from the arrays. cuBLASLt's logger names
+a `cublasLtMatmul` by its descriptors, which the recorder reads while the call is in progress
+into an `ltmatmul` event: each matrix layout as [type, order, rows, cols, ld, batch count, batch
+stride], the matmul descriptor as [compute type, scale type, pointer mode, transa, transb].
+
+A call whose operands cannot be named keeps its shape and says why in `unbound`: EGF001 lists
+it as a GEMM it cannot judge, never passes it. What no GEMM can be (an op that is no N, T or C,
+a negative size) is refused by the reader.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import Any
+
+from egf_audit.runtime.capture_model import MAX_BATCHES_BOUND
+from egf_audit.runtime.gemm_rules import GEMM_ARGS
+
+# cudaDataType -> bytes of one element (library_types.h); a type not here is not bound
+TYPE_BYTES = {
+    0: 4,
+    1: 8,
+    2: 2,
+    3: 1,
+    4: 8,
+    5: 16,
+    6: 4,
+    7: 2,
+    8: 1,
+    10: 4,
+    14: 2,
+    15: 4,
+    28: 1,
+    29: 1,
+}
+# the classic API's typed calls: cublas<t>gemm...: S float, D double, H half, C/Z complex
+_LETTER_BYTES = {"S": 4, "D": 8, "H": 2, "C": 8, "Z": 16}
+_TYPED = re.compile(r"cublas([SDHCZ])gemm")
+_TYPE_CODE = re.compile(r"\((\d+)\)\s*$")
+OPS = {0: "N", 1: "T", 2: "C"}
+LT_ORDER_COL = 0  # CUBLASLT_ORDER_COL: the layout cuBLAS's own calls use; others are not bound
+
+
+def scalar(bits: int | None, nbytes: int) -> float | None:
+    """alpha or beta from its first min(nbytes, 8) bytes as the recorder read them."""
+    if bits is None:
+        return None
+    if nbytes == 2:
+        return float(struct.unpack("<e", struct.pack("<H", bits & 0xFFFF))[0])
+    if nbytes in (8, 16):  # double, or the real part of a double complex
+        return float(struct.unpack("<d", struct.pack("<Q", bits))[0])
+    return float(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
+
+
+def _type_bytes(token: Any) -> int | None:
+    """Bytes of a logged cudaDataType ("CUDA_R_32F(0)")."""
+    match = _TYPE_CODE.search(token) if isinstance(token, str) else None
+    return TYPE_BYTES.get(int(match.group(1))) if match else None
+
+
+def classic_gemm(function: str, args: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A logged classic-API GEMM in the one form: `args` as the log gave them, `extra` what the
+    recorder added (pointer mode, scalar bits, a pointer-array call's pointers)."""
+    out = dict(args)
+    nbytes = int(extra.get("scalar_bytes", 4))
+    out["alpha"] = scalar(extra.get("alpha_bits"), nbytes)
+    out["beta"] = scalar(extra.get("beta_bits"), nbytes)
+    out["pointer_mode"] = extra.get("pointer_mode")
+    missing = [k for k in GEMM_ARGS if k not in args]
+    if missing:  # a call of another shape (grouped, ...): its operands cannot be placed
+        out["unbound"] = f"{function}: its log gives no {', '.join(missing)}"
+        return out
+    if "batchCount" in args:
+        out["batch"] = out.pop("batchCount")
+    typed = _TYPED.match(function)
+    for role in ("A", "B", "C"):
+        size = _type_bytes(args.get(f"{role}type")) if f"{role}type" in args else None
+        if size is None and typed:
+            size = _LETTER_BYTES[typed.group(1)]
+        if size is None:
+            out["unbound"] = f"{function}: the element type of {role} is not known"
+            return out
+        if size != 4:
+            out[f"bytes{role}"] = size
+        if f"{role}array" in args:
+            pointers = extra.get(f"{role.lower()}_ptrs")
+            if pointers is None:
+                out["unbound"] = (
+                    f"{function}: the pointers in {role}array were not read (more than "
+                    f"{MAX_BATCHES_BOUND} batches, or a stream under graph capture)"
+                )
+                return out
+            out[role] = pointers[0] if pointers else 0
+            out[f"{role}_ptrs"] = pointers
+    return out
+
+
+def _layout_words(layout: list[int] | None, role: str) -> str | None:
+    if layout is None:
+        return f"{role} has no matrix layout"
+    if -1 in layout:
+        return f"{role}'s matrix layout could not be read"
+    if layout[1] != LT_ORDER_COL:
+        return f"{role}'s matrix layout has order {layout[1]}, not column-major"
+    if layout[0] not in TYPE_BYTES:
+        return f"{role}'s element type {layout[0]} is not known"
+    return None
+
+
+def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
+    """A recorded `cublasLtMatmul` in the one form. D = op(A)·op(B) (scaled) + C: m and n are
+    D's rows and columns, k the columns of op(A); alpha and beta are not in cuBLASLt's log, so C
+    counts as read and D as written."""
+    a, b, c, d = (event[k] for k in ("adesc", "bdesc", "cdesc", "ddesc"))
+    compute, _scale, mode, transa, transb = event["desc"]
+    out: dict[str, Any] = {"A": event["a"], "B": event["b"], "C": event["c"], "D": event["d"]}
+    out |= {"alpha": None, "beta": None, "pointer_mode": mode, "compute_type": compute}
+    if c is None:  # cuBLASLt takes Cdesc = Ddesc when C is not given its own
+        c = d
+    problems = [
+        p for role, lay in zip("ABCD", (a, b, c, d), strict=True) if (p := _layout_words(lay, role))
+    ]
+    if transa not in OPS or transb not in OPS:
+        problems.append(f"transa {transa} or transb {transb} could not be read")
+    if problems:
+        out |= {"transa": "N", "transb": "N", "m": 0, "n": 0, "k": 0, "lda": 1, "ldb": 1}
+        out |= {"ldc": 1, "unbound": f"cublasLtMatmul: {problems[0]}"}
+        return out
+    out["transa"], out["transb"] = OPS[transa], OPS[transb]
+    out["m"], out["n"] = d[2], d[3]
+    out["k"] = a[3] if transa == 0 else a[2]
+    out["lda"], out["ldb"], out["ldc"], out["ldd"] = a[4], b[4], c[4], d[4]
+    batch = max(lay[5] for lay in (a, b, c, d))
+    if batch > 1:
+        out["batch"] = batch
+    for role, lay in zip("ABCD", (a, b, c, d), strict=True):
+        if TYPE_BYTES[lay[0]] != 4:
+            out[f"bytes{role}"] = TYPE_BYTES[lay[0]]
+        if batch > 1:
+            out[f"stride{role}"] = lay[6] if lay[5] > 1 else 0
+    return out

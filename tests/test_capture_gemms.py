@@ -1,0 +1,474 @@
+"""Every GEMM entry point, runtime-API launches and processes that are no SP14 trainer, read from
+event lines written as the recorder writes them (egf_capture_recorder.c): cuBLAS's own log lines
+as cuBLAS 13.1 words them (recorded from libcublas with its logger on), cuBLASLt matmuls as the
+recorder's `ltmatmul` event, kernel launches under C++-mangled and extern "C" names. The
+committed GPU recordings of the same paths are tested in tests/test_capture_runtime.py."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from egf_audit.capture.audit import audit_capture
+from egf_audit.capture.events import read_capture, source_name
+from egf_audit.capture.layout import load_layout_file, place
+from egf_audit.errors import UsageError
+from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
+from egf_audit.runtime.capture_model import gemm_operands
+
+PID = 777
+HEADERS = {
+    "cublasSgemm_v2": "cublasSgemm_v2(cublasHandle_t, cublasOperation_t, cublasOperation_t, "
+    "int, int, int, const float*, const float*, int, const float*, int, const float*, float*, "
+    "int)",
+    "cublasGemmEx": "cublasGemmEx(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, "
+    "int, int, const void*, const void*, cudaDataType, int, const void*, cudaDataType, int, "
+    "const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t)",
+    "cublasSgemmStridedBatched": "cublasSgemmStridedBatched(cublasHandle_t, ...)",
+    "cublasGemmStridedBatchedEx": "cublasGemmStridedBatchedEx(cublasHandle_t, ...)",
+    "cublasSgemmBatched": "cublasSgemmBatched(cublasHandle_t, ...)",
+}
+F32 = {1.0: 0x3F800000, 0.0: 0}
+
+
+def _pointer(value: int) -> str:
+    return f"POINTER (IN HEX:0x{hex(value)})"
+
+
+class Events:
+    """An events file of one process, written line by line as the recorder writes it."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.add("init", pid=PID, ppid=1, cupti_version=130001, subscribe=0, param_info=True)
+
+    def add(self, ev: str, **fields: Any) -> None:
+        self.lines.append({"ev": ev, "seq": len(self.lines), "tid": 1, **fields})
+
+    def alloc(self, address: int, nbytes: int) -> None:
+        self.add("alloc", api="cudaMalloc_v3020", dst=address, src=0, bytes=nbytes, value=0)
+
+    def kernel(self, name: str, params: list[list[int]] | None, api="cudaLaunchKernel_v7000"):
+        self.add("kernel", api=api, name=name, grid=[1, 1, 1], block=[256, 1, 1], params=params)
+
+    def gemm(self, function: str, args: list[tuple[str, str, str]], **extras: Any) -> None:
+        """One classic call: its header, then one line per (name, type, value); `extras` go on
+        the line that completes alpha and beta (beta's, or computeType's for the Ex calls) and,
+        for pointer arrays, batchCount's, where the recorder writes them."""
+        header = f"I! cuBLAS (v13.1.2) function cublasStatus_t {HEADERS[function]} called:\n"
+        self.add("cublas", msg=header)
+        ex = any(name == "computeType" for name, _, _ in args)
+        for name, ctype, value in args:
+            extra = {}
+            if name == ("computeType" if ex else "beta"):
+                extra = {k: v for k, v in extras.items() if not k.endswith("_ptrs")}
+            if name == "batchCount":
+                extra = {k: v for k, v in extras.items() if k.endswith("_ptrs")}
+            self.add("cublas", msg=f"i!  {name}: type={ctype}; val={value}\n", **extra)
+
+    def write(self, folder: Path, ended: bool = True, layout: dict | None = None) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = list(self.lines)
+        if ended:
+            lines.append({"ev": "exit", "seq": len(lines), "tid": 1, "pid": PID})
+        text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+        (folder / f"events-{PID}.jsonl").write_text(text)
+        manifest = {"command": ["trainer"], "exit_code": 0, "layout": None}
+        if layout is not None:
+            (folder / "layout.json").write_text(json.dumps(layout))
+            manifest["layout"] = "layout.json"
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        return folder
+
+
+def _shape(ta="T", tb="N", m=12, n=24, k=16) -> list[tuple[str, str, str]]:
+    ops = {"N": "CUBLAS_OP_N(0)", "T": "CUBLAS_OP_T(1)"}
+    return [
+        ("handle", "cublasHandle_t", _pointer(0x2B0CCC20)),
+        ("transa", "cublasOperation_t", ops[ta]),
+        ("transb", "cublasOperation_t", ops[tb]),
+        ("m", "int", str(m)),
+        ("n", "int", str(n)),
+        ("k", "int", str(k)),
+    ]
+
+
+# one flat allocation, as llm.c keeps its activations: X [24, 16], W [12, 16], Y [24, 12], then
+# Q, K [24, 4] (3 batches of 8 x 4) and S [24, 8] (3 batches of 8 x 8)
+BASE = 0x7F0000000000
+TENSORS = {"X": (0, 24, 16), "W": (384, 12, 16), "Y": (576, 24, 12)}
+TENSORS |= {"Q": (864, 24, 4), "K": (960, 24, 4), "S": (1056, 24, 8)}
+TOTAL = 1056 + 24 * 8
+
+
+def at(name: str, element: int = 0) -> int:
+    return BASE + 4 * (TENSORS[name][0] + element)
+
+
+LAYOUT = {
+    "format": "egf-audit-layout/1",
+    "dims": {},
+    "buffers": {
+        "acts": {
+            "address": BASE,
+            "bytes": 4 * TOTAL,
+            "tensors": {k: list(v) for k, v in TENSORS.items()},
+        }
+    },
+}
+
+
+def sgemm_y(events: Events, k: int = 16, ldb: int = 16) -> None:
+    """Y = X·Wᵀ as llm.c's matmul_forward calls it: (T, N, OC, BT, C, W, C, X, C, Y, OC)."""
+    events.gemm(
+        "cublasSgemm_v2",
+        [
+            *_shape(k=k),
+            ("alpha", "float", _pointer(0x1000)),
+            ("A", "float", _pointer(at("W"))),
+            ("lda", "int", "16"),
+            ("B", "float", _pointer(at("X"))),
+            ("ldb", "int", str(ldb)),
+            ("beta", "float", _pointer(0x1004)),
+            ("C", "float", _pointer(at("Y"))),
+            ("ldc", "int", "12"),
+        ],
+        pointer_mode=0,
+        scalar_bytes=4,
+        alpha_bits=F32[1.0],
+        beta_bits=F32[0.0],
+    )
+
+
+def strided_s(events: Events, function: str = "cublasSgemmStridedBatched", ldc: int = 8) -> None:
+    """S_b = Q_b·K_bᵀ per batch, as llm.c's attention: (T, N, T, T, HS, K, HS, T*HS, Q, HS,
+    T*HS, S, T, T*T, NB)."""
+    ex = function.endswith("Ex")
+    ctype = "void" if ex else "float"
+    typed = [("Atype", "cudaDataType_t", "CUDA_R_32F(0)")] if ex else []
+    args = [
+        *_shape(m=8, n=8, k=4),
+        ("alpha", ctype, _pointer(0x1000)),
+        ("A", ctype, _pointer(at("K"))),
+        *typed,
+        ("lda", "int", "4"),
+        ("strideA", "SOME TYPE", "32"),
+        ("B", ctype, _pointer(at("Q"))),
+        *[(n.replace("A", "B"), t, v) for n, t, v in typed],
+        ("ldb", "int", "4"),
+        ("strideB", "SOME TYPE", "32"),
+        ("beta", ctype, _pointer(0x1004)),
+        ("C", ctype, _pointer(at("S"))),
+        *[(n.replace("A", "C"), t, v) for n, t, v in typed],
+        ("ldc", "int", str(ldc)),
+        ("strideC", "SOME TYPE", "64"),
+        ("batchCount", "int", "3"),
+    ]
+    if ex:
+        args += [
+            ("computeType", "cublasComputeType_t", "CUBLAS_COMPUTE_32F(68)"),
+            ("algo", "SOME TYPE", "CUBLAS_GEMM_DEFAULT(-1)"),
+        ]
+    extras = {"pointer_mode": 0, "scalar_bytes": 4, "alpha_bits": F32[1.0], "beta_bits": 0}
+    events.gemm(function, args, **extras)
+
+
+def _gemms(folder: Path) -> list[Any]:
+    (proc,) = read_capture(folder)
+    return [r for r in proc.records if r.kind in ("sgemm", "gemm")]
+
+
+def _verdicts(folder: Path, use_layout: bool = True) -> dict[str, Any]:
+    (process,) = audit_capture(folder, use_layout=use_layout).processes
+    return dict(process.verdicts)
+
+
+# ---- each entry point in one form ----
+def test_a_strided_batched_call_binds_its_first_and_last_batch(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    strided_s(events)
+    (gemm,) = _gemms(events.write(tmp_path / "c"))
+    assert gemm.kind == "gemm" and gemm.name == "cublasSgemmStridedBatched"
+    assert (gemm.args["batch"], gemm.args["strideA"], gemm.args["strideC"]) == (3, 32, 64)
+    assert gemm.args["beta"] == 0.0
+    operands = {op.role: op for op in gemm_operands(gemm.args)}
+    assert sorted(operands) == ["A", "A[2]", "B", "B[2]", "C", "C[2]"]
+    assert operands["C[2]"].pointer == at("S", 2 * 64)
+    assert operands["C"].access == "w" and operands["A"].access == "r"
+    assert operands["A"].box == (8, 4, 4)  # T rows of HS, row stride HS
+
+
+def test_the_ex_calls_read_their_scalars_by_compute_type_and_their_element_types(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    strided_s(events, "cublasGemmStridedBatchedEx")
+    (gemm,) = _gemms(events.write(tmp_path / "c"))
+    assert gemm.args["alpha"] == 1.0 and gemm.args["beta"] == 0.0
+    assert "bytesA" not in gemm.args  # fp32: the layout's element size
+    assert [op.role for op in gemm_operands(gemm.args)] == ["A", "A[2]", "B", "B[2]", "C", "C[2]"]
+
+
+def test_a_pointer_array_call_binds_every_batch_from_the_pointers_the_recorder_read(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    a_ptrs = [at("K", 32 * b) for b in range(3)]
+    b_ptrs = [at("Q", 32 * b) for b in range(3)]
+    c_ptrs = [at("S", 64 * b) for b in range(3)]
+    args = [
+        *_shape(m=8, n=8, k=4),
+        ("alpha", "float", _pointer(0x1000)),
+        ("Aarray", "SOME TYPE", _pointer(0x5000)),
+        ("lda", "int", "4"),
+        ("Barray", "SOME TYPE", _pointer(0x5100)),
+        ("ldb", "int", "4"),
+        ("beta", "float", _pointer(0x1004)),
+        ("Carray", "SOME TYPE", _pointer(0x5200)),
+        ("ldc", "int", "8"),
+        ("batchCount", "int", "3"),
+    ]
+    extras = {"pointer_mode": 0, "scalar_bytes": 4, "alpha_bits": F32[1.0], "beta_bits": 0}
+    events.gemm("cublasSgemmBatched", args, a_ptrs=a_ptrs, b_ptrs=b_ptrs, c_ptrs=c_ptrs, **extras)
+    folder = events.write(tmp_path / "c", layout=LAYOUT)
+    (gemm,) = _gemms(folder)
+    operands = gemm_operands(gemm.args)
+    roles = [f"{role}{i}" for role in "ABC" for i in ("", "[1]", "[2]")]
+    assert [op.role for op in operands] == roles
+    assert [op.pointer for op in operands if op.role.startswith("C")] == c_ptrs
+    assert _verdicts(folder)["EGF001"].status == PASS
+
+
+def test_a_pointer_array_call_whose_arrays_were_not_read_is_listed_never_passed(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    args = [
+        *_shape(m=8, n=8, k=4),
+        ("Aarray", "SOME TYPE", _pointer(0x5000)),
+        ("lda", "int", "4"),
+        ("Barray", "SOME TYPE", _pointer(0x5100)),
+        ("ldb", "int", "4"),
+        ("Carray", "SOME TYPE", _pointer(0x5200)),
+        ("ldc", "int", "8"),
+        ("batchCount", "int", "5000"),
+    ]
+    events.gemm("cublasSgemmBatched", args)
+    folder = events.write(tmp_path / "c")
+    (gemm,) = _gemms(folder)
+    assert gemm.args["unbound"].startswith("cublasSgemmBatched: the pointers in Aarray were not")
+    verdict = _verdicts(folder)["EGF001"]
+    assert verdict.status == UNDECIDED
+    assert verdict.summary.startswith("1 of 1 GEMMs cannot be judged: cublasSgemmBatched: the")
+
+
+def _lt_event(events: Events, ld_d: int = 8, order: int = 0, a: int | None = None) -> None:
+    """A batched cublasLtMatmul S_b = Q_b·K_bᵀ, as the recorder writes it from the call's own
+    descriptors: layouts [type, order, rows, cols, ld, batch, stride]; desc [compute, scale,
+    pointer mode, transa, transb]."""
+    events.add(
+        "ltmatmul",
+        a=at("K") if a is None else a,
+        b=at("Q"),
+        c=at("S"),
+        d=at("S"),
+        adesc=[0, order, 4, 8, 4, 3, 32],
+        bdesc=[0, 0, 4, 8, 4, 3, 32],
+        cdesc=[0, 0, 8, 8, 8, 3, 64],
+        ddesc=[0, 0, 8, 8, ld_d, 3, 64],
+        desc=[68, 0, 0, 1, 0],
+    )
+
+
+def test_a_cublaslt_matmul_is_bound_from_its_layouts(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _lt_event(events)
+    folder = events.write(tmp_path / "c", layout=LAYOUT)
+    (gemm,) = _gemms(folder)
+    a = gemm.args
+    assert (a["transa"], a["transb"], a["m"], a["n"], a["k"]) == ("T", "N", 8, 8, 4)
+    assert (a["lda"], a["ldb"], a["ldc"], a["batch"], a["strideA"], a["strideC"]) == (
+        4,
+        4,
+        8,
+        3,
+        32,
+        64,
+    )
+    assert a["beta"] is None  # not in cuBLASLt's log: C counts as read and written
+    assert {op.role: op.access for op in gemm_operands(a)}["C"] == "rw"
+    assert _verdicts(folder)["EGF001"].status == PASS
+
+
+def test_a_cublaslt_layout_in_row_order_is_listed_as_not_judged(tmp_path):
+    events = Events()
+    _lt_event(events, order=1)
+    (gemm,) = _gemms(events.write(tmp_path / "c"))
+    assert gemm.args["unbound"] == "cublasLtMatmul: A's matrix layout has order 1, not column-major"
+
+
+def test_the_cublaslt_call_cublas_makes_inside_a_classic_call_is_that_call(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    strided_s(events)
+    _lt_event(events)  # on the classic call's own operands, nothing recorded between them
+    events.kernel("sm90_xmma_gemm", [], api="cuLaunchKernel")
+    _lt_event(events)  # after a launch: the trainer's own cublasLtMatmul
+    (proc,) = read_capture(events.write(tmp_path / "c"))
+    names = [r.name for r in proc.records if r.kind in ("sgemm", "gemm")]
+    assert names == ["cublasSgemmStridedBatched", "cublasLtMatmul"]
+    assert proc.internal_lt == 1
+
+
+def test_a_device_pointer_mode_gemm_keeps_the_scalars_read_from_the_device(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    events.gemm(
+        "cublasSgemm_v2",
+        [
+            *_shape(),
+            ("alpha", "float", _pointer(BASE + 4 * TOTAL - 8)),
+            ("A", "float", _pointer(at("W"))),
+            ("lda", "int", "16"),
+            ("B", "float", _pointer(at("X"))),
+            ("ldb", "int", "16"),
+            ("beta", "float", _pointer(BASE + 4 * TOTAL - 4)),
+            ("C", "float", _pointer(at("Y"))),
+            ("ldc", "int", "12"),
+        ],
+        pointer_mode=1,
+        scalar_bytes=4,
+        alpha_bits=F32[1.0],
+        beta_bits=struct.unpack("<I", struct.pack("<f", 1.0))[0],
+    )
+    (gemm,) = _gemms(events.write(tmp_path / "c"))
+    assert (gemm.args["pointer_mode"], gemm.args["alpha"], gemm.args["beta"]) == (1, 1.0, 1.0)
+    assert {op.role: op.access for op in gemm_operands(gemm.args)}["C"] == "rw"
+
+
+def test_a_gemm_whose_log_gives_a_negative_batch_count_is_refused(tmp_path):
+    events = Events()
+    args = [*_shape(m=8, n=8, k=4), ("batchCount", "int", "-3")]
+    events.gemm("cublasSgemmStridedBatched", args)
+    with pytest.raises(UsageError, match=r"line 2: cublasSgemmStridedBatched call: batchCount -3"):
+        read_capture(events.write(tmp_path / "c"))
+
+
+# ---- a process that is no SP14 trainer ----
+def test_generic_verdicts_pass_whole_rows_of_named_tensors_and_fail_a_column_block(tmp_path):
+    clean, planted = Events(), Events()
+    for events, k in ((clean, 16), (planted, 15)):
+        events.alloc(BASE, 4 * TOTAL)
+        sgemm_y(events, k=k)
+        strided_s(events)
+    ok = _verdicts(clean.write(tmp_path / "clean", layout=LAYOUT))
+    assert ok["EGF001"].status == PASS
+    assert ok["EGF001"].summary.startswith("2 GEMMs keep every operand of every batch inside")
+    bad = _verdicts(planted.write(tmp_path / "planted", layout=LAYOUT))["EGF001"]
+    assert bad.status == FAIL
+    assert bad.summary == (
+        "sgemm (launch 0): operand A spans 15 of 16 columns of W (1 GEMMs, 0 other launches offend)"
+    )
+    assert all(v.summary.startswith("not applicable: ") for c, v in ok.items() if c != "EGF001")
+
+
+def test_generic_verdicts_without_a_layout_judge_each_operand_by_its_allocation(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    strided_s(events, ldc=9)  # each batch written at row stride T + 1: the last runs past
+    verdict = _verdicts(events.write(tmp_path / "c"))["EGF001"]
+    assert verdict.status == FAIL
+    assert verdict.summary.startswith(
+        "cublasSgemmStridedBatched (launch 0): operand C[2] reaches 28 bytes past the end of "
+        "its allocation"
+    )
+
+
+def test_a_generic_gemm_in_no_recorded_allocation_is_undecided(tmp_path):
+    events = Events()
+    sgemm_y(events)
+    verdict = _verdicts(events.write(tmp_path / "c"))["EGF001"]
+    assert verdict.status == UNDECIDED
+    assert "land in no named buffer and no recorded allocation" in verdict.summary
+
+
+def test_the_gate_fails_a_capture_of_no_sp14_trainer_however_its_gemms_fare(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    sgemm_y(events)
+    audit = audit_capture(events.write(tmp_path / "c", layout=LAYOUT))
+    assert audit.failed_codes() == set() and not audit.ok
+    assert audit.missing[0].startswith("no process is an SP14 trainer")
+
+
+# ---- buffers named by their allocation ----
+def test_a_layout_names_buffers_by_their_allocation_and_places_them_in_the_process(tmp_path):
+    layout = {
+        "format": "egf-audit-layout/1",
+        "buffers": {
+            "params": {
+                "allocation": {"bytes": 4 * TOTAL, "index": 1},
+                "tensors": LAYOUT["buffers"]["acts"]["tensors"],
+            },
+            "grads": {"allocation": {"bytes": 4 * TOTAL, "index": 2}},
+        },
+    }
+    path = tmp_path / "layout.json"
+    path.write_text(json.dumps(layout))
+    events = Events()
+    for i in range(2):
+        events.alloc(BASE + i * 0x100000, 4 * TOTAL)
+    (proc,) = read_capture(events.write(tmp_path / "c"))
+    placed, note = place(load_layout_file(path), proc)
+    assert placed.buffers["params"].base == BASE + 0x100000
+    assert "grads" not in placed.buffers
+    assert note == f"not in this process: grads (allocation 2 of {4 * TOTAL} bytes)"
+    path.write_text(
+        json.dumps(
+            {
+                "format": "egf-audit-layout/1",
+                "buffers": {"p": {"allocation": {"bytes": 4}, "address": 4}},
+            }
+        )
+    )
+    with pytest.raises(UsageError, match=r"buffers\.p has both an address and an allocation"):
+        load_layout_file(path)
+
+
+# ---- runtime-API launches ----
+@pytest.mark.parametrize(
+    ("symbol", "name"),
+    [
+        ("sp14_scale_wire_col", "sp14_scale_wire_col"),
+        ("_Z19sp14_scale_wire_colPfPKfiiii", "sp14_scale_wire_col"),
+        ("_ZN4sp1419sp14_scale_wire_colEPfPKfiiii", "sp14_scale_wire_col"),
+        ("_ZL10polyak_emaPfPKffx", "polyak_ema"),
+        ("_Z3fooIiEvv", "foo"),
+        ("_Z0x", "_Z0x"),
+        ("_Z99short", "_Z99short"),
+    ],
+)
+def test_a_kernel_symbol_reads_as_its_source_name(symbol, name):
+    assert source_name(symbol) == name
+
+
+def test_an_abi_kernel_launched_under_its_mangled_name_is_decoded_by_the_kernel_table(tmp_path):
+    events = Events()
+    params = [[8, BASE], [8, BASE + 4096], [4, 64], [4, 49], [4, 48], [4, 393]]
+    events.kernel("_Z19sp14_scale_wire_colPfPKfiiii", params)
+    (proc,) = read_capture(events.write(tmp_path / "c"))
+    (record,) = proc.kernels()
+    assert record.name == "sp14_scale_wire_col" and record.decoded
+    assert record.args["symbol"] == "_Z19sp14_scale_wire_colPfPKfiiii"
+    assert (record.args["ld"], record.args["isv_index"]) == (49, 393)
+    assert record.api == "cudaLaunchKernel_v7000"
+
+
+def test_an_abi_kernel_launched_without_its_arguments_is_refused_by_name(tmp_path):
+    events = Events()
+    events.kernel("_Z19sp14_scale_wire_colPfPKfiiii", None)
+    with pytest.raises(UsageError, match=r"line 2: sp14_scale_wire_col launch without its arg"):
+        read_capture(events.write(tmp_path / "c"))
