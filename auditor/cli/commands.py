@@ -30,7 +30,7 @@ from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.outputs.step_summary import append_step_summary
-from egf_audit.pipeline.config import Config, load_config
+from egf_audit.pipeline.config import Config, check_run_memory, load_config
 from egf_audit.reports import github
 from egf_audit.reports.document import (
     committed_sources,
@@ -250,6 +250,7 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
 
     progress.step("config")
     config = timer("config", lambda: load_config(req.config_path, req.preset, req.seed))
+    check_run_memory(config.dims, req.steps)
     progress.step("kernel sources")
     kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir, only=req.kernels_only))
     witness_log = witness_run.start(req.device) if req.cublas_log else None

@@ -13,8 +13,8 @@ from egf_audit.pipeline.config import (
     DEFAULT_SEED,
     FP32_MAX,
     FP32_TINY,
+    LIMITS,
     MAX_DIM,
-    MAX_LAYOUT_BYTES,
     PRESETS,
     Hyper,
 )
@@ -46,11 +46,6 @@ HYPER_KEYS = {
     "sigma_max": (POSITIVE_FP32, "spectral-norm bound of w_b0fc"),
     "gate_ema": ("[0, 1]", "EMA decay of the live gate written to ISV[393]"),
 }
-LIMITS = (
-    "The largest buffer, B times the widest of SH1, SH2 + max(E), OBS, ADV and VALH, may hold "
-    f"at most 2^32 elements, and all buffers together at most {MAX_LAYOUT_BYTES >> 30} GiB and a "
-    "quarter of the machine's memory."
-)
 
 
 def _toml(value: object) -> str:

@@ -14,7 +14,7 @@ from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps
 from egf_audit.errors import AuditEnvironmentError
-from egf_audit.pipeline.config import load_config
+from egf_audit.pipeline.config import check_run_memory, load_config
 from egf_audit.runtime.kernel_sources import load_kernel_set
 from egf_audit.scenarios import mutants
 from egf_audit.scenarios.faults import FAULTS
@@ -112,6 +112,7 @@ def run_mutants(
     )
     faults = mutants.select_faults(only)  # an unknown name is a UsageError before any work
     config = load_config(config_path, preset, seed)
+    check_run_memory(config.dims, steps)
     kernels = load_kernel_set(kernels_dir)
     progress.plan(len(faults))
     result = mutants.run_mutants(

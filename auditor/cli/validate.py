@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from egf_audit.errors import UsageError
+from egf_audit.pipeline.config import validate_steps
 from egf_audit.runtime.backends import check_device
 
 __all__ = ["check_device", "check_launch_timeout", "check_steps", "parse_modes"]
@@ -24,6 +25,4 @@ def check_launch_timeout(seconds: float | None) -> float | None:
 
 
 def check_steps(steps: int) -> int:
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    return steps
+    return validate_steps(steps)  # its bound lives beside the memory estimate it keeps small

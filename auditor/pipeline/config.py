@@ -17,24 +17,43 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from egf_audit.errors import UsageError
+from egf_audit.kernels import THREADS_PER_BLOCK
+from egf_audit.pipeline import memory_need
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.config_view import ConfigDict
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, POLYAK_TAU
 
-# Sizes above this are refused as absurd: one [B, SH2+1] fp32 buffer would pass 16 GiB.
-MAX_ELEMENTS_PER_BUFFER = 1 << 32
 MAX_DIM = 1 << 20
+# The kernels index with 32-bit ints (the ABI's rows, ld, sh2 are `int`): every element a
+# launch's grid can reach, its rows rounded up to a whole block, must have an int index. The CPU
+# backend's guard reservations (guarded_memory.REACH) are as wide as such an index can reach.
+INT32_MAX = (1 << 31) - 1
 # Every allocation of the trainer's layout together (4 bytes an element) may take at most this,
-# and at most a quarter of the machine's memory: the audit keeps snapshots of most buffers, and
-# a config that cannot run must be refused before anything runs (exit 2), not die midway.
+# and at most a quarter of the machine's memory, whatever the command (the bench's buffers live
+# on the GPU); an audit run's whole need is held to the available memory (check_run_memory).
 MAX_LAYOUT_BYTES = 16 << 30
 MEMORY_SHARE = 4
+# A config file lists some 25 keys in about 2 KB; a larger file is not one, and reading it
+# whole (a /dev/zero, a log) would only fill the memory.
+MAX_CONFIG_BYTES = 1 << 20
+# Each step adds its trace and snapshots to the run's memory (about 3.5 MB at `ci`, 0.9 GB at
+# `prod`), and after the second step every step repeats the same launches on a moved state: an
+# audit proves nothing more at 100 steps than at 10, and 100 `ci` steps take ~10 s and ~0.35 GB.
+MAX_STEPS = 100
+LIMITS = (
+    "Every buffer's elements (its rows rounded up to a block of 256 threads) must have a 32-bit "
+    f"int index; all buffers together may take at most {MAX_LAYOUT_BYTES >> 30} GiB and a "
+    "quarter of the machine's memory; an audit run's estimated peak memory (docs/config.md, "
+    "Memory) must fit in the memory available. A config file is a regular file of at most "
+    f"{MAX_CONFIG_BYTES >> 20} MiB; --steps is at most {MAX_STEPS}."
+)
 # numpy's finfo(float32).tiny and .max, spelled out: `egf-audit config --example` reads this
 # module and must answer without importing numpy (tests/test_fast_commands.py)
 FP32_TINY, FP32_MAX = 2.0**-126, (2.0 - 2.0**-23) * 2.0**127
@@ -166,26 +185,23 @@ def validate_dims(dims: Dims) -> Dims:
         )
     if dims.E[0] != 1:
         raise ConfigError(f"config key dims.E[0] must be 1 (the wire column), got {dims.E[0]}")
-    widest = max(dims.SH1, dims.SH2 + max(dims.E), dims.OBS, dims.ADV, dims.VALH)
-    if dims.B * widest > MAX_ELEMENTS_PER_BUFFER:
-        raise ConfigError(
-            f"config dims B={dims.B} x width {widest} is absurdly large "
-            f"(more than {MAX_ELEMENTS_PER_BUFFER} elements in one buffer)"
-        )
     _check_total_size(dims)
     return dims
 
 
-def machine_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _check_total_size(dims: Dims) -> None:
-    total = 4 * sum(b.size for b in build_layout(dims).buffers)
-    memory = machine_memory_bytes()
+    layout = build_layout(dims)
+    for buffer in layout.buffers:
+        # a launch over a buffer's rows runs whole blocks: up to a block less one row more
+        reach = buffer.size + (THREADS_PER_BLOCK - 1) * max(t.cols for t in buffer.tensors)
+        if reach > INT32_MAX:
+            raise ConfigError(
+                f"config dims make {buffer.name} hold {buffer.size} elements, more than the "
+                f"kernels' 32-bit int indices reach (2^31 - 1, with the rows of a last block of "
+                f"{THREADS_PER_BLOCK} threads)"
+            )
+    total = memory_need.buffer_bytes(layout)
+    memory = memory_need.physical_memory()
     limit = min(MAX_LAYOUT_BYTES, memory // MEMORY_SHARE) if memory else MAX_LAYOUT_BYTES
     if total > limit:
         raise ConfigError(
@@ -193,6 +209,31 @@ def _check_total_size(dims: Dims) -> None:
             f"{limit / 2**30:.1f} GiB (at most {MAX_LAYOUT_BYTES >> 30} GiB and a quarter of "
             "this machine's memory)"
         )
+
+
+def check_run_memory(dims: Dims, steps: int) -> None:
+    """Refuse a run whose estimated peak memory (memory_need.py) exceeds the available memory,
+    before anything runs: a run that swaps takes hours, one the OOM killer ends gives no verdict."""
+    layout = build_layout(dims)
+    need = memory_need.estimated_need(layout, steps)
+    available, source = memory_need.available_memory()
+    if need > available:
+        raise ConfigError(
+            f"config dims with --steps {steps} need an estimated {need / 2**30:.1f} GiB of "
+            f"memory ({memory_need.buffer_bytes(layout) / 2**30:.2f} GiB of buffers); "
+            f"{available / 2**30:.1f} GiB is available ({source}); see docs/config.md, Memory"
+        )
+
+
+def validate_steps(steps: int) -> int:
+    if steps < 1:
+        raise ConfigError(f"--steps must be at least 1, got {steps}")
+    if steps > MAX_STEPS:
+        raise ConfigError(
+            f"--steps must be at most {MAX_STEPS}, got {steps} (each step keeps its trace and "
+            "snapshots in memory; see docs/config.md)"
+        )
+    return steps
 
 
 def validate_hyper(hyper: Hyper) -> Hyper:
@@ -274,14 +315,61 @@ def load_config(
         base = preset_config(preset or "ci", _check_int("seed", seed or 0, minimum=0))
         return base
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    text = read_config_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     return config_from_mapping(data, preset=preset, seed=seed)
+
+
+def read_config_text(path: Path) -> str:
+    """The text of a config file, refused unless it is a regular file of at most
+    MAX_CONFIG_BYTES, and never read blocking: a FIFO would hold the gate forever, a device
+    such as /dev/zero would fill the memory. The type is checked before the open and again on
+    the open file (the path may have changed in between), and the open does not block."""
+    try:
+        _check_regular(path, os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "rb") as file:
+            _check_regular(path, os.fstat(file.fileno()))
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:  # it grew after the check
+        raise ConfigError(_too_large(path, len(data)))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text: {exc.reason}") from None
+
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(path: Path, status: os.stat_result) -> None:
+    if not stat.S_ISREG(status.st_mode):
+        kind = next(
+            (words for test, words in _NOT_REGULAR if test(status.st_mode)), "a special file"
+        )
+        raise ConfigError(f"config file {path} is {kind}, not a regular file")
+    if status.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(_too_large(path, status.st_size))
+
+
+def _too_large(path: Path, size: int) -> str:
+    return (
+        f"config file {path} holds {size} bytes or more; a config file may hold at most "
+        f"{MAX_CONFIG_BYTES} bytes ({MAX_CONFIG_BYTES >> 20} MiB)"
+    )
