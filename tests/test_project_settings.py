@@ -222,3 +222,14 @@ def test_capture_writes_to_the_tables_capture_folder_unless_told(workdir):
     from egf_audit.cli import capture_cli
 
     assert capture_cli._settings_capture() == Path("captures/trainer")
+
+
+def test_mutants_reads_the_table_too(workdir):
+    """`mutants` audits the same sources as `run`: the table's kernels folder (here one that does
+    not exist, so the command stops at once and says which folder it read)."""
+    write(workdir / "egf-audit.toml", 'kernels = "no-such-kernels"\n')
+    result = invoke("mutants", "--device", "cpu", "--only", "skip-scale")
+    assert result.exit_code == 3
+    assert "--kernels no-such-kernels: no such directory" in result.stderr
+    isolated = invoke("mutants", "--device", "cpu", "--only", "no-such-fault", "--isolated")
+    assert "no-such-kernels" not in isolated.stderr

@@ -14,6 +14,7 @@ from egf_audit.cli.options import (
     ConfigFile,
     Debug,
     Device,
+    Isolated,
     JsonOut,
     JunitOut,
     KernelsDir,
@@ -29,11 +30,13 @@ from egf_audit.cli.options import (
     with_help,
 )
 from egf_audit.cli.progress import progress_for
+from egf_audit.cli.project import find_settings, setting
 from egf_audit.errors import UsageError
 
 
 @with_help()
 def mutants(
+    ctx: typer.Context,
     device: Device = "auto",
     preset: Preset = None,
     config: ConfigFile = None,
@@ -56,13 +59,15 @@ def mutants(
     output_format: OutputFormat = "text",
     kernels: KernelsDir = None,
     launch_timeout: LaunchTimeout = None,
+    isolated: Isolated = False,
     quiet: Quiet = False,
     debug: Debug = False,
 ) -> None:
     """Prove every invariant can fail: the audit once per fault, and the kill matrix.
 
     Exits 1 when a fault survives (no invariant fails on it) or, when every fault ran, when
-    an invariant caught no fault.
+    an invariant caught no fault. Options not given come from the [tool.egf-audit] table, as
+    for `run`.
     """
     stdout, stderr = consoles()
     if list_faults:
@@ -73,17 +78,18 @@ def mutants(
         raise typer.Exit(0)
     with exit_codes(debug):
         check_output_format(output_format)
+        settings = find_settings(isolated=isolated)
         from egf_audit.cli import other_commands
 
         with progress_for(stderr, quiet) as progress:
             outcome = other_commands.run_mutants(
-                device=device,
-                preset=preset,
-                config_path=config,
+                device=setting(ctx, settings, "device", device),
+                preset=setting(ctx, settings, "preset", preset),
+                config_path=setting(ctx, settings, "config", config),
                 seed=seed,
                 steps=steps,
                 only=only,
-                kernels_dir=kernels,
+                kernels_dir=setting(ctx, settings, "kernels", kernels),
                 json_out=json_out,
                 junit_out=junit,
                 output_format=output_format,

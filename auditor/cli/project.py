@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
+import typer
+
 from egf_audit.errors import UsageError
 
 TABLE = "tool.egf-audit"
@@ -163,3 +165,20 @@ def _settings(file: Path, table: object) -> ProjectSettings:
                 f"{', '.join(clash)} cannot shape: keep one way of gating per settings file"
             )
     return ProjectSettings(root=file.parent.absolute(), file=file.absolute(), **values)
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the command line gave the option `name` (not its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def setting(ctx: typer.Context, settings: ProjectSettings, name: str, value: Any) -> Any:
+    """An option's value: as given on the command line, else the table's (a path as the working
+    folder reaches it), else the option's default."""
+    if given(ctx, name):
+        return value
+    found = getattr(settings, name)
+    if found is None:
+        return value
+    return near(found) if isinstance(found, Path) else found

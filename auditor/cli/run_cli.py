@@ -35,7 +35,7 @@ from egf_audit.cli.options import (
 )
 from egf_audit.cli.outputs import STDOUT
 from egf_audit.cli.progress import progress_for
-from egf_audit.cli.project import ProjectSettings, find_settings, near
+from egf_audit.cli.project import ProjectSettings, find_settings, given, near, setting
 
 if TYPE_CHECKING:
     from egf_audit.cli.commands import RunOutcome
@@ -132,7 +132,7 @@ def run(
     stdout, stderr = consoles()
     with exit_codes(debug):
         settings = find_settings(isolated=isolated)
-    if not _given(ctx, "capture"):
+    if not given(ctx, "capture"):
         capture = settings.capture
     root = settings.root if settings.file is not None else None
     if capture is not None:
@@ -144,7 +144,7 @@ def run(
             default_out = settings.out or settings.root / capture_commands.DEFAULT_CAPTURE_OUT
             capture_request = capture_commands.CaptureRequest(
                 folder=near(capture),
-                out=out if _given(ctx, "out") else near(default_out),
+                out=out if given(ctx, "out") else near(default_out),
                 root=root,
                 check=check,
                 json_out=json_out,
@@ -161,21 +161,21 @@ def run(
         from_settings = frozenset(
             key
             for key in ("device", "preset", "config", "kernels", "out")
-            if not _given(ctx, key) and getattr(settings, key) is not None
+            if not given(ctx, key) and getattr(settings, key) is not None
         )
         request = commands.RunRequest(
-            device=device if _given(ctx, "device") else settings.device or device,
-            preset=preset if _given(ctx, "preset") else settings.preset,
-            config_path=config if _given(ctx, "config") else near(settings.config),
+            device=setting(ctx, settings, "device", device),
+            preset=setting(ctx, settings, "preset", preset),
+            config_path=setting(ctx, settings, "config", config),
             seed=seed,
             steps=steps,
             mode=mode,
-            out=out if _given(ctx, "out") else near(settings.out or settings.root / DEFAULT_OUT),
+            out=out if given(ctx, "out") else near(settings.out or settings.root / DEFAULT_OUT),
             check=check,
             json_out=json_out,
             junit_out=junit,
             trace_out=trace,
-            kernels_dir=kernels if _given(ctx, "kernels") else near(settings.kernels),
+            kernels_dir=setting(ctx, settings, "kernels", kernels),
             kernels_only=settings.kernels is not None,
             root=root,
             from_settings=from_settings,
@@ -207,22 +207,17 @@ REBUILD_ONLY = (
 )
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-
-
 def refuse_for_capture(ctx: typer.Context, settings: ProjectSettings) -> None:
     from egf_audit.errors import UsageError
 
-    given = [name for name in REBUILD_ONLY if _given(ctx, name)]
-    if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        source = "" if _given(ctx, "capture") else f" ({settings.spelled('capture')})"
+    named = [name for name in REBUILD_ONLY if given(ctx, name)]
+    if named:
+        flags = ", ".join("--" + name.replace("_", "-") for name in named)
+        source = "" if given(ctx, "capture") else f" ({settings.spelled('capture')})"
         raise UsageError(
-            f"{flags} shape{'s' * (len(given) == 1)} the rebuild and mean{'s' * (len(given) == 1)} "
+            f"{flags} shape{'s' * (len(named) == 1)} the rebuild and mean{'s' * (len(named) == 1)} "
             f"nothing for --capture{source} (the capture recorded the trainer as it ran): leave "
-            f"{'it' if len(given) == 1 else 'them'} out"
+            f"{'it' if len(named) == 1 else 'them'} out"
             + (", or --isolated to ignore the settings file" if source else "")
         )
 
