@@ -129,14 +129,15 @@ INVARIANT = Invariant(
         "first change is reported with its buffer, element, tensor and bits. Every allocation "
         "sits between guard zones of canary values, checked after each kernel. Every kernel "
         "egf-audit does not ship (a --kernels source, a fault's patch) runs in a worker "
-        "process: on the CPU one forked on the same shared memory, with PROT_NONE guard pages "
-        "after each buffer so that a read or write just past it faults; on the GPU one with its "
-        "own CUDA context on the same device memory (CUDA IPC), so a fault ends only the "
-        "worker's context. A crash, exit, GPU fault or time-out (`--launch-timeout`) of the "
-        "worker is recorded on the launch, and the kernel's later launches are not run. A "
-        "launch that ran without being observed fails too. A read that lands in memory the "
-        "process may read is not seen here: on the CPU one far past its buffer, on the GPU one "
-        "past its buffer that does not leave the mapped memory (`--sanitize` sees those)."
+        "process: on the CPU one forked on the same shared memory, each buffer inside 8 GiB of "
+        "PROT_NONE address space on either side, as far as a 32-bit int index reaches, so that "
+        "a read or write past it, near or far, faults; on the GPU one with its own CUDA context "
+        "on the same device memory (CUDA IPC), so a fault ends only the worker's context. A "
+        "crash, exit, GPU fault or time-out (`--launch-timeout`) of the worker is recorded on "
+        "the launch, and the kernel's later launches are not run. A launch that ran without "
+        "being observed fails too. A read that lands in memory the process may read is not "
+        "seen here: on the CPU one more than 8 GiB from its buffer, on the GPU one past its "
+        "buffer that does not leave the mapped memory (`--sanitize` sees those)."
     ),
     catches=(
         "A kernel that writes outside its declared region (a whole row instead of the wire "
@@ -148,15 +149,16 @@ INVARIANT = Invariant(
         "It sees changed bits: a write outside the declared regions that stores the value "
         "already there passes, and so does any write inside them, whatever its value (the "
         "values are the other invariants'). A read is seen only when it faults: on the CPU one "
-        "far past its buffer is not, and on the GPU one past its buffer that stays in mapped "
-        "memory only `--sanitize` (memcheck) sees. A capture cannot decide it: it needs every "
-        "buffer compared around every launch, and the capture snapshots the ABI kernels' "
-        "regions only."
+        "more than 8 GiB from its buffer is not, and on the GPU one past its buffer that stays "
+        "in mapped memory only `--sanitize` (memcheck) sees. A capture cannot decide it: it "
+        "needs every buffer compared around every launch, and the capture snapshots the ABI "
+        "kernels' regions only."
     ),
     example=(
         "`if (b > rows) return;` in `sp14_scale_wire_col`: the thread b = rows writes one row "
-        "past `sp14_d_dir_qaux_concat`; on the CPU the guard page faults and the launch is "
-        "recorded as crashed with SIGSEGV, naming the scenario, the launch and the kernel."
+        "past `sp14_d_dir_qaux_concat`; on the CPU the inaccessible zone after it faults and the "
+        "launch is recorded as crashed with SIGSEGV, naming the scenario, the launch and the "
+        "kernel."
     ),
     check=check,
     reads=("launches",),

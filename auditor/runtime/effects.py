@@ -14,7 +14,7 @@ from typing import Any
 
 # The bit pattern every guard zone holds: a signalling NaN no kernel of the pipeline writes.
 CANARY_BITS = 0x7FA5A5A5
-GUARD_ELEMENTS = 64  # elements of canary on each side of a buffer (the CPU adds guard pages)
+GUARD_ELEMENTS = 64  # elements of canary on each side of a buffer (the CPU adds PROT_NONE zones)
 
 
 class LaunchFailed(RuntimeError):

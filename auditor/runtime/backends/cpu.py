@@ -3,7 +3,8 @@ kernels/cpu_shim.h into one shared library per source (cached by hash), launched
 in a forked worker process (cpu_worker.py) so that a kernel that crashes, exits or hangs becomes a
 verdict; SGEMMs through torch on `as_strided` views that honour m, n, k and the leading
 dimensions exactly, so a `k = lda - 1` call drops the last column here just as cuBLAS does on the
-GPU. Every buffer sits between a canary zone and guard pages (guarded_memory.py).
+GPU. Every buffer sits behind a canary zone, inside 8 GiB of inaccessible address space on each
+side (guarded_memory.py).
 """
 
 from __future__ import annotations
@@ -193,11 +194,15 @@ class CpuBackend:
         worker.run(self._index[spec.name], blocks, threads, args)
 
     def close(self) -> None:
-        """Stop the worker and wait for it (a later launch starts a new one)."""
+        """Stop the worker and wait for it (a later launch starts a new one), and unmap the
+        freed buffers kept for reuse: each holds 16 GiB of address space
+        (guarded_memory.REACH), which a long-lived process making many backends would run out
+        of."""
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
         reap_stopped(block=True)
+        self._pool.clear()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit os may be half torn down

@@ -1,15 +1,21 @@
 """Host allocations the audited kernels cannot leave unnoticed (CPU backend).
 
 Each buffer gets its own shared anonymous mapping, so a forked kernel worker (cpu_worker.py)
-works on the very memory the parent's torch GEMMs use:
+works on the very memory the parent's torch GEMMs use, inside a reservation of address space:
 
-    [guard page][canaries ... | buffer data, ending on a page boundary][guard page]
+    [REACH, PROT_NONE][canaries ... | buffer data, ending on a page boundary][REACH, PROT_NONE]
 
-The guard pages are PROT_NONE: a read or write just past the end of a buffer (or far before
-it) faults, and in the worker that fault is a crash verdict. The canaries fill the rest of the
-pages in front of the buffer (at least GUARD_ELEMENTS of them); a write just before the buffer
-changes one, and `breached_canaries` finds it after the launch. `Watcher` keeps a shadow copy of
-every buffer so that the recorder can see what a launch changed.
+No access lands in readable memory anywhere within REACH bytes of a buffer: a read or write
+past its end, or before its canaries, near or far, faults, and in the worker that fault is a
+crash verdict. REACH is 8 GiB a side: every index a kernel forms in the ABI's 32-bit int
+arithmetic lies within 2^31 elements of 4 bytes of its pointer, and the config refuses a buffer
+whose rows, rounded up to the launch's whole blocks, would need a larger index (pipeline/config.py,
+INT32_MAX). The reservation is address space only: PROT_NONE pages are never backed by memory
+nor charged to the commit limit, and x86-64 Linux gives a process 128 TiB of it (the ~100
+buffers of an audit take ~1.6 TiB). The canaries fill the rest of the pages in front of the
+buffer (at least GUARD_ELEMENTS of them); a write just before the buffer changes one, and
+`breached_canaries` finds it after the launch. `Watcher` keeps a shadow copy of every buffer so
+that the recorder can see what a launch changed.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
 PAGE = mmap.PAGESIZE
+REACH = 1 << 33  # bytes of inaccessible address space on each side of a buffer (see above)
 PROT_NONE = 0  # not exported by the mmap module
+MAP_FIXED = 0x10  # not exported either; the same value on Linux and the BSDs
 _DTYPES = {"f32": np.float32, "i32": np.int32}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -43,20 +51,24 @@ _libc.mmap.argtypes = [
     ctypes.c_long,
 ]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 @dataclass
 class GuardedBuffer:
-    mapping: int  # address of the whole mapping, guard pages included
-    length: int  # bytes of the mapping
+    mapping: int  # address of the whole reservation, both inaccessible sides included
+    length: int  # bytes of the reservation
     data: np.ndarray  # the buffer itself (float32 or int32), live memory
     canaries: np.ndarray  # uint32, the zone right in front of the buffer, live memory
 
     @property
     def base(self) -> int:
         return self.data.ctypes.data
+
+    @property
+    def committed(self) -> int:
+        """Bytes of real memory: the canary zone and the data, not the reservation."""
+        return self.length - 2 * REACH
 
 
 def _check(result: int, what: str) -> None:
@@ -66,27 +78,37 @@ def _check(result: int, what: str) -> None:
 
 
 def allocate(count: int, dtype: str) -> GuardedBuffer:
-    """A zero-filled buffer of `count` elements between canaries and guard pages."""
+    """A zero-filled buffer of `count` elements behind canaries, REACH bytes of inaccessible
+    address space on each side."""
     nbytes = count * ELEMENT_BYTES
-    inner_pages = -(-(nbytes + GUARD_ELEMENTS * ELEMENT_BYTES) // PAGE)
-    length = (inner_pages + 2) * PAGE
-    address = _libc.mmap(
-        None,
-        length,
+    inner_bytes = -(-(nbytes + GUARD_ELEMENTS * ELEMENT_BYTES) // PAGE) * PAGE
+    length = REACH + inner_bytes + REACH
+    address = _libc.mmap(None, length, PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if address in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise AuditEnvironmentError(
+            f"cannot reserve {length / 2**30:.1f} GiB of address space around a buffer (the CPU "
+            f"backend's guard zones; a `ulimit -v` must leave room for them): {os.strerror(err)}"
+        )
+    # the buffer's own memory replaces the middle of the reservation, shared with the worker
+    inner_address = _libc.mmap(
+        address + REACH,
+        inner_bytes,
         mmap.PROT_READ | mmap.PROT_WRITE,
-        mmap.MAP_SHARED | mmap.MAP_ANONYMOUS,
+        mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | MAP_FIXED,
         -1,
         0,
     )
-    if address in (None, _MAP_FAILED):
+    if inner_address != address + REACH:
         err = ctypes.get_errno()
-        raise AuditEnvironmentError(f"cannot map {length} bytes for a buffer: {os.strerror(err)}")
-    _check(_libc.mprotect(address, PAGE, PROT_NONE), "mprotect")
-    _check(_libc.mprotect(address + (inner_pages + 1) * PAGE, PAGE, PROT_NONE), "mprotect")
-    inner = (ctypes.c_uint8 * (inner_pages * PAGE)).from_address(address + PAGE)
+        _libc.munmap(address, length)
+        raise AuditEnvironmentError(
+            f"cannot map {inner_bytes} bytes for a buffer: {os.strerror(err)}"
+        )
+    inner = (ctypes.c_uint8 * inner_bytes).from_address(inner_address)
     # numpy's stub lists no ctypes array among the buffers frombuffer takes; it is one
     raw = np.frombuffer(inner, dtype=np.uint8)  # type: ignore[call-overload]
-    split = inner_pages * PAGE - nbytes
+    split = inner_bytes - nbytes
     canaries = raw[:split].view(np.uint32)
     canaries[:] = CANARY_BITS
     data = raw[split:].view(_DTYPES[dtype])
@@ -101,9 +123,11 @@ def release(buffer: GuardedBuffer) -> None:
 class Pool:
     """Freed buffers kept for the next allocation of the same size: every scenario allocates
     the same ~100 buffers, and mapping each afresh costs more than the scenario's kernels. A
-    reused buffer is zero-filled and its canaries restored, as a new one would be."""
+    reused buffer is zero-filled and its canaries restored, as a new one would be. It keeps at
+    most MAX_BYTES of memory and MAX_BUFFERS reservations (16 GiB of address space each)."""
 
     MAX_BYTES = 256 << 20
+    MAX_BUFFERS = 256
 
     def __init__(self) -> None:
         self._free: dict[tuple[int, str], list[GuardedBuffer]] = {}
@@ -116,7 +140,7 @@ class Pool:
             return None
         buffer = stack.pop()
         self._order.remove((count, dtype))
-        self._bytes -= buffer.length
+        self._bytes -= buffer.committed
         buffer.data[...] = 0
         buffer.canaries[:] = CANARY_BITS
         return buffer
@@ -125,12 +149,21 @@ class Pool:
         key = (buffer.data.size, "i32" if buffer.data.dtype == np.int32 else "f32")
         self._free.setdefault(key, []).append(buffer)
         self._order.append(key)
-        self._bytes += buffer.length
-        while self._bytes > self.MAX_BYTES and self._order:
+        self._bytes += buffer.committed
+        while (self._bytes > self.MAX_BYTES or len(self._order) > self.MAX_BUFFERS) and self._order:
             old = self._order.pop(0)
             evicted = self._free[old].pop(0)
-            self._bytes -= evicted.length
+            self._bytes -= evicted.committed
             release(evicted)
+
+    def clear(self) -> None:
+        """Unmap every kept buffer (the backend is done with them)."""
+        for stack in self._free.values():
+            for buffer in stack:
+                release(buffer)
+        self._free.clear()
+        self._order.clear()
+        self._bytes = 0
 
 
 # One C call per launch scans every buffer and every canary zone: done from Python, the ~100
