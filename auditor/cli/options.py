@@ -64,7 +64,13 @@ Seed = Annotated[
     int | None,
     typer.Option("--seed", help="Seed of the weights and batches (default: the config's, else 0)."),
 ]
-Steps = Annotated[int, typer.Option("--steps", help="Training steps of each production run.")]
+Steps = Annotated[
+    int,
+    typer.Option(
+        "--steps",
+        help="Training steps of each production run (1 to 100; docs/config.md says why).",
+    ),
+]
 KernelsDir = Annotated[
     Path | None,
     typer.Option(
