@@ -7,10 +7,17 @@ launch is watched (runtime/effects.py): each buffer is compared bitwise with its
 launch outside the regions the launch declares it writes, the backend's guard zones are checked
 after every kernel, and a kernel whose process crashed, exited or hung is recorded so, its later
 launches skipped. Plain mode runs the same calls with all of that off.
+
+On the CPU each launch's observation is made before the next launch runs. On the GPU it is queued
+behind the launch on the device (backends/cuda_observe.py) and only the buffers the launch can
+reach are compared; the findings reach the host, and the launches their effects, when the trace
+is read (`Recorder.trace` settles every queued observation first), so no launch waits for its
+own. Until then a queued launch carries no effects, which EGF013 would fail.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +25,16 @@ import numpy as np
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
+from egf_audit.runtime import costs as cost_kinds
 from egf_audit.runtime import gemm_rules
-from egf_audit.runtime.backends.base import Backend, Watch
+from egf_audit.runtime.backends.base import (
+    Backend,
+    BreachFound,
+    StrayFound,
+    StreamWatch,
+    Watch,
+    in_stream_order,
+)
 from egf_audit.runtime.effects import (
     CONTAINED,
     Effects,
@@ -52,6 +67,15 @@ def contraction(role: str, transa: str, transb: str) -> str:
     return "columns" if (role == "A") == (op == "T") else "rows"
 
 
+class _Queued:
+    """An observation queued on the device; `failure` is what the launch itself reported."""
+
+    __slots__ = ("failure",)
+
+    def __init__(self, failure: str | None):
+        self.failure = failure
+
+
 class Recorder:
     def __init__(
         self,
@@ -73,11 +97,25 @@ class Recorder:
         # a launch's bindings once per distinct set of the arguments they depend on.
         self._bindings: dict[tuple, Binding] = {}
         self._launch_bindings: dict[tuple, tuple[Binding, ...]] = {}
-        self.trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
+        self._trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
         # every buffer as it was after the last launch (made at the first watched launch)
-        self._watch: Watch | None = None
+        self._watch: Watch | StreamWatch | None = None
         self._buffer_at: dict[int, str] = {}  # buffer name by base pointer
-        self._exempt: dict[tuple[int, ...], dict[int, tuple]] = {}
+        # per distinct set of bindings: the boxes each allocation may change in, and the
+        # allocations the launch can reach (those its pointers land in)
+        self._exempt: dict[tuple[int, ...], tuple[dict[int, tuple], tuple[int, ...]]] = {}
+        # launches whose observation is queued on the device: (index, launch, failure)
+        self._queued: list[tuple[int, Launch, str | None]] = []
+        self.costs = cost_kinds.current()  # set while `egf-audit bench --profile` profiles
+        self._started = time.perf_counter()
+
+    @property
+    def trace(self) -> Trace:
+        """The recording, every queued observation settled onto its launch."""
+        self.settle()
+        if self.costs is not None:
+            self.costs.span(self._trace.scenario, time.perf_counter() - self._started)
+        return self._trace
 
     # ---- binding ----
     def _bind(self, role: str, ptr: int, access: str, box: tuple[int, int, int, int]) -> Binding:
@@ -111,7 +149,7 @@ class Recorder:
                 raise AuditEnvironmentError(f"kernel {name} ({label}) {exc.what}") from None
             return
         executed = all(b.in_bounds for b in bindings)
-        effects = None
+        effects: Effects | _Queued | None = None
         failed_before = self.backend.failed_kernels.get(name) if kind == "kernel" else None
         if executed and failed_before is not None:
             executed, effects = False, Effects(not_run=failed_before)
@@ -119,8 +157,9 @@ class Recorder:
             if label in self.capture_inputs_of:
                 self._capture_inputs(label, bindings)
             effects = self._observe(kind, name, label, bindings, run)
+        queued = effects if isinstance(effects, _Queued) else None
         launch = Launch(
-            len(self.trace.launches),
+            len(self._trace.launches),
             self.step,
             kind,
             name,
@@ -128,34 +167,96 @@ class Recorder:
             args,
             bindings,
             executed,
-            effects,
+            None if isinstance(effects, _Queued) else effects,
         )
-        self.trace.launches.append(launch)
+        self._trace.launches.append(launch)
+        if queued:
+            self._queued.append((launch.index, launch, queued.failure))
+
+    def _timed(self, kind: str, work: Callable[[], Any]) -> Any:
+        """`work`, charged to `kind` of the profile collecting now (none: just run it)."""
+        if self.costs is None:
+            return work()
+        return self.costs.timed(kind, self.backend.synchronize, work)
 
     def _observe(
         self, kind: str, name: str, label: str, bindings: tuple, run: Callable[[], None]
-    ) -> Effects:
+    ) -> Effects | _Queued:
         watch = self._watch
         if watch is None:
-            watch = self._watch = self.backend.watch(list(self.amap.bases.values()))
+            bases = list(self.amap.bases.values())
+            watch = self._watch = self._timed(cost_kinds.SHADOWS, lambda: self.backend.watch(bases))
         failure = None
         try:
-            run()
+            self._timed(cost_kinds.LAUNCH, run)
         except LaunchFailed as exc:
             failure = exc.what
-            where = f"{self.trace.scenario} launch #{len(self.trace.launches)} ({label})"
+            where = f"{self._trace.scenario} launch #{len(self._trace.launches)} ({label})"
             self.backend.failed_kernels[name] = f"{name} {failure} at {where}"
-        breaches = self._guard_breaches() if kind == "kernel" else ()
-        strays = self._stray_writes(watch, bindings)
+        key = tuple(map(id, bindings))  # bindings are memoised: their identity is stable
+        exempt, reach = self._exempt_of(key, bindings)
+        if in_stream_order(watch):
+            watch.queue(key, kind, name, reach, exempt, self.costs)
+            return _Queued(failure)
+        breaches: tuple[GuardBreach, ...] = ()
+        if kind == "kernel":
+            breaches = self._guard_breaches(
+                self._timed(cost_kinds.GUARDS, self.backend.guard_breaches)
+            )
+        strays = self._stray_writes(
+            self._timed(cost_kinds.COMPARISONS, lambda: watch.changes(exempt))
+        )
         if failure is None and not breaches and not strays:
             return CONTAINED
         return Effects(strays, breaches, failure)
 
-    def _guard_breaches(self) -> tuple[GuardBreach, ...]:
+    def settle(self) -> None:
+        """Bring the findings of every queued observation onto its launch: one wait for the
+        device, one copy of the findings. A launch the trace no longer holds (the bench clears
+        its trace between steps) is skipped."""
+        watch = self._watch
+        if watch is None or not in_stream_order(watch) or not self._queued:
+            return
+        found = self._timed(cost_kinds.READBACK, watch.collect)
+        if len(found) != len(self._queued):
+            raise RuntimeError(
+                f"{len(self._queued)} launches queued for observation, {len(found)} observed"
+            )
+        launches = self._trace.launches
+        for (index, launch, failure), (strays, breaches) in zip(self._queued, found, strict=True):
+            if index < len(launches) and launches[index] is launch:
+                effects = Effects(
+                    self._stray_writes(strays), self._guard_breaches(breaches), failure
+                )
+                # The recorder completes its own launch in place: its trace is handed out only
+                # settled, so no reader has seen the launch yet, and a new Launch per launch
+                # would cost as much as the rest of its recording.
+                object.__setattr__(launch, "effects", CONTAINED if effects.contained else effects)
+        self._queued.clear()
+
+    def _exempt_of(
+        self, key: tuple[int, ...], bindings: tuple[Binding, ...]
+    ) -> tuple[dict[int, tuple], tuple[int, ...]]:
+        memo = self._exempt.get(key)
+        if memo is None:
+            exempt: dict[int, tuple] = {}
+            reach: dict[int, None] = {}
+            for b in bindings:
+                if b.region is None:
+                    continue
+                base = self.amap.bases[b.region.buffer]
+                reach[base] = None
+                if b.writes:
+                    r = b.region
+                    exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
+            memo = self._exempt[key] = (exempt, tuple(reach))
+        return memo
+
+    def _guard_breaches(self, found: list[BreachFound]) -> tuple[GuardBreach, ...]:
         names = self._names()
         return tuple(
             GuardBreach(names[base], side, distance, count)
-            for base, side, distance, count in self.backend.guard_breaches()
+            for base, side, distance, count in found
             if base in names
         )
 
@@ -164,19 +265,10 @@ class Recorder:
             self._buffer_at = {base: buffer for buffer, base in self.amap.bases.items()}
         return self._buffer_at
 
-    def _stray_writes(self, watch: Watch, bindings: tuple[Binding, ...]) -> tuple[StrayWrite, ...]:
-        key = tuple(map(id, bindings))  # bindings are memoised: their identity is stable
-        exempt = self._exempt.get(key)
-        if exempt is None:
-            exempt = {}
-            for b in bindings:
-                if b.writes and b.region is not None:
-                    r, base = b.region, self.amap.bases[b.region.buffer]
-                    exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
-            self._exempt[key] = exempt
+    def _stray_writes(self, changes: list[StrayFound]) -> tuple[StrayWrite, ...]:
         names = self._names()
         found = []
-        for base, first, count, old, new in watch.changes(exempt):
+        for base, first, count, old, new in changes:
             buffer = names[base]
             tensor = self.layout.buffer(buffer).tensor_at(first)
             found.append(
@@ -186,7 +278,7 @@ class Recorder:
 
     def _capture_inputs(self, label: str, bindings: tuple[Binding, ...]) -> None:
         buffers = sorted({b.region.buffer for b in bindings if b.reads and b.region})
-        self.trace.snapshots[(self.step, f"input:{label}")] = self._snapshot(buffers)
+        self._trace.snapshots[(self.step, f"input:{label}")] = self._snapshot(buffers)
 
     # ---- launches ----
     def sgemm(
@@ -226,9 +318,9 @@ class Recorder:
         refusal = gemm_rules.invalid_value(shape)
         if self.instrumented and refusal is not None:
             # cuBLAS runs nothing: no operand is touched, and the launch says why
-            self.trace.launches.append(
+            self._trace.launches.append(
                 Launch(
-                    len(self.trace.launches),
+                    len(self._trace.launches),
                     self.step,
                     "sgemm",
                     "sgemm",
@@ -319,14 +411,16 @@ class Recorder:
     def checkpoint(self, name: str, buffers: list[str] | tuple[str, ...], **meta: Any) -> None:
         if not self.instrumented:
             return
-        self.trace.launches.append(
-            Launch(len(self.trace.launches), self.step, "checkpoint", name, name, dict(meta))
+        self._trace.launches.append(
+            Launch(len(self._trace.launches), self.step, "checkpoint", name, name, dict(meta))
         )
-        self.trace.snapshots[(self.step, name)] = self._snapshot(buffers)
+        self._trace.snapshots[(self.step, name)] = self._snapshot(buffers)
 
     def _snapshot(self, buffers: list[str] | tuple[str, ...]) -> Snapshot:
-        copies = self.backend.snapshot([self.amap.bases[b] for b in buffers])
-        return Snapshot(dict(zip(buffers, copies, strict=True)), self.backend.to_host)
+        ptrs = [self.amap.bases[b] for b in buffers]
+        copies = self._timed(cost_kinds.SNAPSHOTS, lambda: self.backend.snapshot(ptrs))
+        on_device = getattr(self.backend, "device_view", None)  # the CUDA backend's
+        return Snapshot(dict(zip(buffers, copies, strict=True)), self.backend.to_host, on_device)
 
     def read(self, buffer: str) -> np.ndarray:
         """A host copy of one named buffer."""

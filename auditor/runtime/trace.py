@@ -144,15 +144,30 @@ class Snapshot(Mapping):
     the GPU: device memory, so a checkpoint costs a device-to-device copy, not a host round
     trip) and reach the host only when an invariant reads them, once."""
 
-    def __init__(self, copies: dict[str, Any], to_host: Callable[[Any], np.ndarray]):
+    def __init__(
+        self,
+        copies: dict[str, Any],
+        to_host: Callable[[Any], np.ndarray],
+        on_device: Callable[[Any], Any] | None = None,
+    ):
         self._copies = copies
         self._to_host = to_host
+        self._on_device = on_device
         self._host: dict[str, np.ndarray] = {}
 
     def __getitem__(self, buffer: str) -> np.ndarray:
         if buffer not in self._host:
             self._host[buffer] = self._to_host(self._copies[buffer])
         return self._host[buffer]
+
+    def __contains__(self, buffer: object) -> bool:
+        return buffer in self._copies  # Mapping's own would copy the buffer to the host
+
+    def device_array(self, buffer: str) -> Any | None:
+        """The copy of `buffer` where the backend made it, as an array that exports DLPack
+        (CuPy's), so that float64 checks on the GPU read it with no host round trip; None where
+        the copies are host memory (the CPU backend)."""
+        return None if self._on_device is None else self._on_device(self._copies[buffer])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._copies)

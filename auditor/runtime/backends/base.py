@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 import numpy as np
 
 from egf_audit.kernels import KernelSpec
+from egf_audit.runtime.costs import Costs
 from egf_audit.runtime.memory import BufferSpec
 
 if TYPE_CHECKING:
     import cupy
+    from typing_extensions import TypeIs
 
 
 class Watch(Protocol):
@@ -21,6 +23,38 @@ class Watch(Protocol):
         """Bitwise changes since the last call (or the start), outside the boxes (offset, rows,
         width, row stride) exempt for each pointer: (pointer, first element, count, old bits,
         new bits) per allocation that changed elsewhere. The copies are brought up to date."""
+
+
+# (pointer, first element, count, old bits, new bits) of a stray write; (base pointer, side,
+# distance, count) of a guard breach: what `Watch.changes` and `Backend.guard_breaches` return
+StrayFound = tuple[int, int, int, int, int]
+BreachFound = tuple[int, str, int, int]
+
+
+class StreamWatch(Protocol):
+    """A watch whose checks run in the device's stream order (the CUDA backend), so no launch
+    waits for its own: `queue` puts one launch's checks behind it, `collect` brings the findings
+    of every launch queued since the last call to the host, in queue order (one wait)."""
+
+    def queue(
+        self,
+        key: object,
+        kind: str,
+        name: str,
+        reach: Sequence[int],
+        exempt: dict[int, tuple[tuple[int, int, int, int], ...]],
+        costs: Costs | None = None,
+    ) -> None:
+        """Check the launch just queued: the allocations at `reach` (the ones its pointers
+        land in) outside its `exempt` boxes, and, after a kernel, every guard zone. `key`
+        names launches with the same reach and boxes (their plans are memoised); `costs`
+        times each part (runtime/costs.py)."""
+
+    def collect(self) -> list[tuple[list[StrayFound], list[BreachFound]]]: ...
+
+
+def in_stream_order(watch: Watch | StreamWatch) -> TypeIs[StreamWatch]:
+    return hasattr(watch, "queue")
 
 
 class Backend(Protocol):
@@ -76,7 +110,7 @@ class Backend(Protocol):
         """(base pointer, "before"/"after", distance, count) for every allocation whose guard
         zone changed since the last call; the zones are restored."""
 
-    def watch(self, ptrs: Sequence[int]) -> Watch:
+    def watch(self, ptrs: Sequence[int]) -> Watch | StreamWatch:
         """Start watching the allocations at `ptrs` (copies of them as they are now)."""
 
     def close(self) -> None:

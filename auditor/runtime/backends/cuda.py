@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.backends.cuda_guard import GUARDED, CudaWatch, ZoneScan, guarded_zeros
 from egf_audit.runtime.backends.cuda_kernels import load_function, pack_arguments
+from egf_audit.runtime.backends.cuda_observe import StreamObserver, ZoneTable, zone_table
 from egf_audit.runtime.backends.cuda_worker import GpuKernelWorker, WorkerKernel
 from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
 from egf_audit.runtime.effects import GUARD_ELEMENTS
@@ -30,6 +32,11 @@ _DTYPES = {"f32": np.float32, "i32": np.int32}
 _OPS = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
 CAPTURE_WORKSPACE_BYTES = 32 << 20
 SNAPSHOT_ALIGN = 256  # bytes; every copy in a checkpoint's allocation starts aligned
+# How launches are observed: "stream" (the default: in stream order, cuda_observe.py) or "sync"
+# (every buffer compared and the flags read back after each launch, cuda_guard.py: the
+# observer before issue 20, kept so that both can be timed side by side in one run)
+OBSERVERS = ("stream", "sync")
+OBSERVER_VARIABLE = "EGF_AUDIT_OBSERVER"
 
 
 @cache
@@ -79,6 +86,12 @@ class CudaBackend:
         self._buffers: dict[int, cupy.ndarray] = {}  # by base pointer
         self._wholes: dict[int, cupy.ndarray] = {}  # each buffer with its guard zones (uint32)
         self._zones: ZoneScan | None = None  # rebuilt when the allocations change
+        self._zone_table: ZoneTable | None = None  # likewise
+        self.observer = os.environ.get(OBSERVER_VARIABLE, "stream")
+        if self.observer not in OBSERVERS:
+            raise AuditEnvironmentError(
+                f"{OBSERVER_VARIABLE}={self.observer!r}: choose from {', '.join(OBSERVERS)}"
+            )
         self.failed_kernels: dict[str, str] = {}
         # Every source is compiled here, untrusted ones too (compiling runs none of their code):
         # a source NVRTC refuses is refused before any scenario runs, and the worker then finds
@@ -111,6 +124,7 @@ class CudaBackend:
         """Run every later launch on `stream` (CUDA-graph capture needs a non-default one)."""
         self.stream = stream
         self._zones = None  # the zone scan runs on the pipeline's stream
+        self._zone_table = None
         cublas.setStream(self.handle, stream.ptr)
         if self._workspace is not None:  # cublasSetStream drops a user workspace: set it again
             self._set_workspace(self._workspace)
@@ -160,7 +174,7 @@ class CudaBackend:
         self.synchronize()
         self._buffers[array.data.ptr] = array
         self._wholes[array.data.ptr] = whole
-        self._zones = None
+        self._zones = self._zone_table = None
         self._allocations += 1
         return array.data.ptr
 
@@ -168,7 +182,7 @@ class CudaBackend:
         self.synchronize()
         del self._buffers[ptr]
         del self._wholes[ptr]
-        self._zones = None
+        self._zones = self._zone_table = None
 
     def read(self, ptr: int) -> np.ndarray:
         self.synchronize()
@@ -199,6 +213,11 @@ class CudaBackend:
         self.synchronize()
         raw = cupy.asnumpy(copy.flat[copy.offset : copy.offset + copy.nbytes])
         return raw.view(copy.dtype)
+
+    def device_view(self, copy: DeviceCopy) -> cupy.ndarray:
+        """A snapshot copy as a device array of its dtype, for checks that run on the GPU."""
+        self.synchronize()
+        return copy.flat[copy.offset : copy.offset + copy.nbytes].view(copy.dtype)
 
     def _view(self, ptr: int, count: int, stride: int, dtype: type) -> cupy.ndarray:
         nbytes = ((count - 1) * stride + 1) * ELEMENT_BYTES
@@ -277,8 +296,22 @@ class CudaBackend:
         bases = list(self._wholes)
         return [(bases[i], side, d, n) for i, side, d, n in self._zones.breached()]
 
-    def watch(self, ptrs: Sequence[int]) -> CudaWatch:
-        return CudaWatch(ptrs, [self._buffers[p] for p in ptrs], self.stream)
+    def watch(self, ptrs: Sequence[int]) -> CudaWatch | StreamObserver:
+        if self.observer == "sync":
+            return CudaWatch(ptrs, [self._buffers[p] for p in ptrs], self.stream)
+        return StreamObserver(
+            {p: self._buffers[p] for p in ptrs},
+            lambda: self.stream,
+            self._zones_now,
+            lambda name: name in self._isolated,
+        )
+
+    def _zones_now(self) -> ZoneTable:
+        """Every allocation's guard zones, as device pointers (rebuilt when they change)."""
+        if self._zone_table is None:
+            with self.stream:
+                self._zone_table = zone_table(self._wholes, GUARDED)
+        return self._zone_table
 
     def close(self) -> None:
         """Stop the kernel worker (a later untrusted launch starts a new one)."""

@@ -1,10 +1,12 @@
-"""What a launch did to device memory (CUDA backend): guard zones of canaries around every
-allocation, and the buffers that changed since a shadow copy.
+"""Guard zones of canaries around every allocation (CUDA backend), and the observer that waits
+for each launch.
 
-Each allocation is GUARD_ELEMENTS of canary, the buffer, GUARD_ELEMENTS of canary. Two small
-kernels scan every zone, or compare every buffer with its shadow, in one launch each, so one
-device-to-host copy of flags per launch decides which buffers to look at closer: checking ~100
-buffers one by one would synchronise ~100 times per launch.
+Each allocation is GUARD_ELEMENTS of canary, the buffer, GUARD_ELEMENTS of canary. The default
+observer (cuda_observe.py) checks them in stream order. The one here, chosen by
+EGF_AUDIT_OBSERVER=sync, is the observer before issue 20, kept so that the two can be timed
+side by side: after every launch two small kernels scan every zone, or compare every buffer with
+its shadow, in one launch each, and one device-to-host copy of flags per launch decides which
+buffers to look at closer.
 """
 
 from __future__ import annotations
