@@ -81,7 +81,8 @@ def test_bench_command_cpu_writes_json_and_markdown(tmp_path, capsys):
     assert row["step_flops"] > 0 and row["achieved_tflops"]["plain"] > 0
     assert set(row["ratios"]) == {"plain_over_torch", "graph_over_torch", "instrumented_over_plain"}
     assert row["instrumented"]["snapshot_mb_per_step"] > 0
-    assert [t["status"] for t in data["targets"]] == ["not measured"] * 4
+    assert [t["status"] for t in data["targets"]] == ["not measured"] * 7
+    assert data["audit_profile"] is None  # measured by --profile
 
     md = md_out.read_text()
     assert "| B | plain | instr | torch | graph |" in md
@@ -466,9 +467,67 @@ def test_profile_failure_is_reported_not_raised(fake_cuda, monkeypatch):
     assert "Traceback" in profile.detail
 
 
-def test_profile_is_refused_on_the_cpu_backend():
-    with pytest.raises(UsageError, match="--profile needs the cuda backend"):
-        bench_command(device="cpu", batch_sizes=[TINY_B], profile=True)
+def test_profile_on_the_cpu_times_the_audit_by_phase_invariant_scenario_and_kind(tmp_path):
+    """No CUPTI on the CPU: --profile there is the audit's half alone, on the ci preset: the
+    whole command by phase, its invariants, and a profiled run's scenarios and kinds of work."""
+    from egf_audit.invariants import INVARIANTS
+    from egf_audit.runtime import costs
+
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+    code = bench_command(
+        device="cpu",
+        batch_sizes=[TINY_B],
+        repeats=1,
+        warmup=0,
+        json_out=out,
+        markdown_out=md,
+        profile=True,
+        audit_runs=1,
+    )
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["profiles"] == []
+    audit = data["audit_profile"]
+    assert (audit["device"], audit["preset"], len(audit["seconds"])) == ("cpu", "ci", 1)
+    assert audit["argv"][:6] == ["egf-audit", "run", "--device", "cpu", "--preset", "ci"]
+    assert set(audit["phases_s"]) == {"config", "kernels", "backend", "scenarios", "invariants"}
+    assert set(audit["invariants_median_s"]) == {inv.code for inv in INVARIANTS}
+    profiled = audit["profiled"]
+    assert len(profiled["scenarios"]) == 12  # five per mode, the wrapper and the gate probes
+    counts = profiled["counts"]
+    for kind in (costs.LAUNCH, costs.SHADOWS, costs.COMPARISONS, costs.GUARDS, costs.SNAPSHOTS):
+        assert counts[kind] > 0, kind
+    assert counts[costs.READBACK] == 0  # the CPU observes each launch before the next one
+    targets = {t["key"]: t for t in data["targets"]}
+    assert targets["audit_ci_cpu"]["value"] == audit["median_s"]
+    assert targets["audit_prod_cuda"]["status"] == "not measured"
+    assert "cuda backend" in targets["audit_prod_cuda"]["note"]
+    text = md.read_text()
+    assert "### Where an audit's time goes (`--profile`)" in text
+    assert "| stray-write comparisons |" in text and "| EGF010 |" in text
+
+
+def _audit(seconds: list[float], invariants: float):
+    from egf_audit.bench.audit_profile import PHASES, AuditProfile
+
+    phases = {p: [0.1] * len(seconds) for p in PHASES}
+    phases["invariants"] = [invariants] * len(seconds)
+    return AuditProfile("cuda", "prod", ["egf-audit", "run"], seconds, phases, {})
+
+
+def test_audit_targets_hold_the_whole_command_and_its_invariants_phase():
+    report = _report([])
+    report.audit = _audit([4.0, 6.0, 4.5], invariants=1.2)
+    got = {t["key"]: t for t in evaluate_targets(report)}
+    assert (got["audit_prod_cuda"]["value"], got["audit_prod_cuda"]["status"]) == (4.5, "met")
+    assert got["audit_prod_cuda"]["margin"] == pytest.approx(0.1)
+    assert got["audit_prod_invariants"]["status"] == "missed"
+    assert got["audit_prod_invariants"]["note"] == "20% outside the bound"
+    assert got["audit_ci_cpu"]["status"] == "not measured"  # a CPU bound, on a cuda report
+    report.audit = Unavailable("egf-audit run exited 3")
+    assert {t["status"] for t in evaluate_targets(report) if t["key"].startswith("audit")} == {
+        "not measured"
+    }
 
 
 def test_default_sizes_cover_the_issue():
@@ -481,7 +540,9 @@ def test_default_sizes_cover_the_issue():
 @pytest.mark.gpu
 def test_bench_command_on_cuda(tmp_path):
     out = tmp_path / "bench.json"
-    code = bench_command(device="cuda", batch_sizes=[256], repeats=3, json_out=out, profile=True)
+    code = bench_command(
+        device="cuda", batch_sizes=[256], repeats=3, json_out=out, profile=True, audit_runs=1
+    )
     assert code == 0
     report = json.loads(out.read_text())
     (row,) = report["rows"]
@@ -490,6 +551,9 @@ def test_bench_command_on_cuda(tmp_path):
     assert rows["sp14_dir_concat_qaux"]["group"] == "pipeline"
     assert rows["sp14_dir_concat_qaux"]["launches"] == 4  # online, target, two call sites
     assert profile["by_group_ms"]["cuBLAS"] > 0 and profile["busy_ms"] > 0
+    audit = report["audit_profile"]
+    assert (audit["preset"], len(audit["seconds"])) == ("prod", 1)
+    assert audit["profiled"]["counts"]["observations read back"] > 0  # in stream order
     for variant in ("plain", "instrumented", "torch_eager", "graph"):
         assert "unavailable" not in row[variant], (variant, row[variant])
         assert row[variant]["median_ms"] > 0 and row[variant]["finite"], variant

@@ -75,3 +75,49 @@ def test_markdown_lists_the_slowest_operations_and_what_is_missing():
     assert "| splitKreduce_kernel | cuBLAS | 1 | 0.100 | 25% |" in text
     assert "GPU profile unavailable: no CUPTI" in text
     assert markdown([]) == ""
+
+
+# ---- where an instrumented run's time goes, by kind of work (runtime/costs.py) ----
+
+
+def test_a_collector_times_every_kind_of_work_and_every_scenario(cpu_backend):
+    from egf_audit.pipeline.config import preset_config
+    from egf_audit.runtime import costs
+    from egf_audit.scenarios.audit import Auditor
+
+    with costs.collecting() as collected:
+        run = Auditor(preset_config("ci"), cpu_backend, steps=1).run(("sentinel",))
+    assert costs.current() is None  # only while collecting
+    assert set(collected.scenarios) == set(run.traces)
+    launches = sum(
+        1 for t in run.traces.values() for x in t.launches if x.kind != "checkpoint" and x.executed
+    )
+    kernels = sum(
+        1 for t in run.traces.values() for x in t.launches if x.kind == "kernel" and x.executed
+    )
+    assert collected.counts[costs.LAUNCH] == collected.counts[costs.COMPARISONS] == launches
+    assert collected.counts[costs.GUARDS] == kernels
+    assert collected.counts[costs.SHADOWS] == len(run.traces)  # one watch per recorder
+    assert collected.counts[costs.SNAPSHOTS] == sum(len(t.snapshots) for t in run.traces.values())
+    assert collected.counts[costs.READBACK] == 0
+    assert all(v > 0 for k, v in collected.seconds.items() if k != costs.READBACK)
+
+
+def test_a_process_named_costs_file_is_written_at_its_exit(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from egf_audit.runtime import costs
+
+    out = tmp_path / "costs.json"
+    code = (
+        "from egf_audit.runtime import costs; c = costs.current(); "
+        "c.timed(costs.SNAPSHOTS, lambda: None, lambda: None); c.span('sentinel', 0.5)"
+    )
+    env = {**os.environ, costs.COSTS_VARIABLE: str(out)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    written = json.loads(out.read_text())
+    assert written["counts"][costs.SNAPSHOTS] == 1
+    assert written["scenarios"] == {"sentinel": 0.5}

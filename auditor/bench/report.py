@@ -89,6 +89,7 @@ class BenchReport:
     sgemm: SgemmReference
     rows: list[Row]
     profiles: list[Any] = field(default_factory=list)  # bench_profile.StepProfile or Unavailable
+    audit: Any = None  # audit_profile.AuditProfile or Unavailable (--profile), else None
 
 
 def ratio(a: Measured, b: Measured) -> float | None:
@@ -146,6 +147,49 @@ TARGETS: tuple[Target, ...] = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class AuditTarget:
+    """A bound on the audit's own time (`--profile`, bench/audit_profile.py), for one backend."""
+
+    key: str
+    text: str
+    device: str
+    preset: str
+    bound: float
+    kind: str
+    unit: str
+    value: Callable[[Any], float | None]  # of an audit_profile.AuditProfile
+
+
+AUDIT_TARGETS: tuple[AuditTarget, ...] = (
+    AuditTarget(
+        "audit_prod_cuda", "`egf-audit run --preset prod`, whole command (warm, median)",
+        "cuda", "prod", 5.0, "le", " s", lambda p: p.median_s,
+    ),
+    AuditTarget(
+        "audit_prod_invariants", "its invariants phase (median)",
+        "cuda", "prod", 1.0, "le", " s", lambda p: p.phase_s("invariants"),
+    ),
+    AuditTarget(
+        "audit_ci_cpu", "`egf-audit run` (ci) on the CPU, whole command (warm, median)",
+        "cpu", "ci", 2.5, "le", " s", lambda p: p.median_s,
+    ),
+)  # fmt: skip
+
+
+def _judged(entry: dict[str, Any], value: float, bound: float, kind: str) -> dict[str, Any]:
+    # margin > 0: inside the bound by that fraction of it; < 0: outside by that much
+    margin = (bound - value) / bound if kind == "le" else (value - bound) / bound
+    met = margin >= 0
+    entry.update(value=value, margin=margin, status="met" if met else "missed")
+    entry["note"] = (
+        f"{abs(margin):.0%} {'inside' if met else 'outside'} the bound"
+        if abs(margin) >= 0.005
+        else "at the bound"
+    )
+    return entry
+
+
 def evaluate_targets(report: BenchReport) -> list[dict[str, Any]]:
     rows = {r.B: r for r in report.rows}
     out = []
@@ -154,8 +198,10 @@ def evaluate_targets(report: BenchReport) -> list[dict[str, Any]]:
             "key": t.key,
             "target": t.text,
             "B": t.B,
+            "at": f"B={t.B}",
             "bound": t.bound,
             "kind": t.kind,
+            "unit": t.unit,
             "value": None,
         }
         row = rows.get(t.B)
@@ -165,20 +211,40 @@ def evaluate_targets(report: BenchReport) -> list[dict[str, Any]]:
         elif value is None:
             entry.update(status="not measured", note="a measurement it needs is unavailable")
         else:
-            # margin > 0: inside the bound by that fraction of it; < 0: outside by that much
-            margin = (t.bound - value) / t.bound if t.kind == "le" else (value - t.bound) / t.bound
-            met = margin >= 0
-            entry.update(value=value, margin=margin, status="met" if met else "missed")
-            entry["note"] = (
-                f"{abs(margin):.0%} {'inside' if met else 'outside'} the bound"
-                if abs(margin) >= 0.005
-                else "at the bound"
-            )
+            _judged(entry, value, t.bound, t.kind)
             if t.key == "sgemm_fraction":
                 entry["note"] += f"; from the {row.pipeline_basis()[0]} step time"
+        out.append(entry)
+    for a in AUDIT_TARGETS:
+        entry = {
+            "key": a.key,
+            "target": a.text,
+            "at": f"{a.preset} on {a.device}",
+            "bound": a.bound,
+            "kind": a.kind,
+            "unit": a.unit,
+            "value": None,
+        }
+        audit = report.audit
+        value = None if audit is None or isinstance(audit, Unavailable) else a.value(audit)
+        if audit is None:
+            entry.update(status="not measured", note="measured by --profile")
+        elif report.device != a.device:
+            entry.update(
+                status="not measured",
+                note=f"a bound for the {a.device} backend: bench --device {a.device} --profile",
+            )
+        elif value is None:
+            entry.update(status="not measured", note="a measurement it needs is unavailable")
+        else:
+            _judged(entry, value, a.bound, a.kind)
         out.append(entry)
     return out
 
 
-def bound_text(t: dict[str, Any], unit: str) -> str:
-    return f"{'≤' if t['kind'] == 'le' else '≥'} {t['bound']:g}{unit}"
+def bound_text(t: dict[str, Any]) -> str:
+    return f"{'≤' if t['kind'] == 'le' else '≥'} {t['bound']:g}{t['unit']}"
+
+
+def measured_text(t: dict[str, Any]) -> str:
+    return "—" if t["value"] is None else f"{t['value']:.2f}{t['unit']}"

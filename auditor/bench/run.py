@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from egf_audit import __version__
+from egf_audit.bench import audit_profile
 from egf_audit.bench import profile as bench_profile
 from egf_audit.bench.measure import (
     MODE,
@@ -137,11 +138,12 @@ def settings(
         f"Each variant: one priming step, {warmup} warm-up step(s), then the median of "
         f"{repeats} timed step(s). Pipeline timer: {session.clock.name}.",
         "plain: `SP14Pipeline(instrumented=False)`, `step(upload_batch=False)`.",
-        "instrumented: the recorder on (every launch bound and recorded, a device-side copy of "
-        "every snapshot at every checkpoint, both part of its cost; the copies reach the host "
-        "only when an invariant reads them, outside the step); the trace is cleared after each "
-        "step, "
-        "outside the timed region, so memory stays bounded.",
+        "instrumented: the recorder on (every launch bound, recorded and observed: the "
+        "buffers it can reach compared with their shadows outside its declared writes, the "
+        "guard zones scanned after every kernel, the findings read back at the end of the "
+        "step; a device-side copy of every snapshot at every checkpoint; all part of its cost; "
+        "the copies reach the host only when an invariant reads them, outside the step); the "
+        "trace is cleared after each step, outside the timed region, so memory stays bounded.",
         "torch eager: the same network, losses and update in torch, ONE backward of the total "
         "loss (the pipeline backpropagates its two call sites separately), torch.optim.Adam "
         "(default implementation), fp32 with TF32 off, batch made on the device beforehand.",
@@ -201,30 +203,39 @@ def run_bench(
     reference: tuple[int, int, int] | None = None,
     widths: str = "prod",
     profile: bool = False,
+    audit_runs: int = 0,
+    kernels_dir: str | os.PathLike | None = None,
 ) -> BenchReport:
     """Every measurement, in one session. `reference` overrides the (n, warm-up, repeats) of the
     reference SGEMM and `widths` the preset whose widths are used (tests use small ones).
-    `profile` adds the per-kernel GPU time of the plain step, after every timed figure, so the
-    profiler cannot perturb them."""
+    After every timed figure, so that nothing perturbs them: `profile` adds the per-kernel GPU
+    time of the plain step (CUDA), `audit_runs` > 0 where an audit's time goes (that many plain
+    runs of the whole command, then a profiled one: bench/audit_profile.py)."""
     with bench_session(backend) as session:
         n, ref_warmup, ref_repeats = reference or SGEMM_REFERENCE[backend.name]
         sgemm = measure_sgemm(session, n, ref_warmup, ref_repeats)
         log(f"reference SGEMM {n}³: {sgemm.tflops:.2f} TFLOP/s")
         rows = [measure_row(session, config_for(b, widths), warmup, repeats, log) for b in sizes]
-        profiles = [profile_row(session, config_for(b, widths), log) for b in sizes if profile]
+        profiles = []
+        if profile and session.stream is not None:  # CUPTI traces GPU kernels only
+            profiles = [profile_row(session, config_for(b, widths), log) for b in sizes]
         env = environment(session)
-        return BenchReport(
-            device=backend.name,
-            device_name=str(env.get("device", "")),
-            command=command,
-            settings=settings(
-                session, sizes, repeats, warmup, (n, ref_warmup, ref_repeats), widths
-            ),
-            environment=env,
-            sgemm=sgemm,
-            rows=rows,
-            profiles=profiles,
-        )
+        session.free_caches()  # the audits below run in processes of their own
+    report = BenchReport(
+        device=backend.name,
+        device_name=str(env.get("device", "")),
+        command=command,
+        settings=settings(session, sizes, repeats, warmup, (n, ref_warmup, ref_repeats), widths),
+        environment=env,
+        sgemm=sgemm,
+        rows=rows,
+        profiles=profiles,
+    )
+    if audit_runs > 0:
+        audit = report.audit = audit_profile.profile_audit(backend.name, audit_runs, kernels_dir)
+        shown = audit.reason if isinstance(audit, Unavailable) else f"{audit.median_s:.2f} s"
+        log(f"audit ({audit_profile.AUDIT_PRESET[backend.name]}): whole command {shown}")
+    return report
 
 
 def profile_row(session: Session, config: Config, log: Callable[[str], None]) -> Any:
@@ -253,6 +264,7 @@ def bench_command(
     markdown_out: str | os.PathLike | None = None,
     kernels_dir: str | os.PathLike | None = None,
     profile: bool = False,
+    audit_runs: int = audit_profile.AUDIT_RUNS,
 ) -> int:
     """Run the benchmark, print the table to stdout, write the optional JSON / Markdown.
     Returns 0; bad input raises UsageError (exit 2), a bad environment AuditEnvironmentError
@@ -276,11 +288,6 @@ def bench_command(
 
     backend = select_backend(device, load_kernel_set(kernels_dir))
     name = backend.name
-    if profile and name != "cuda":
-        raise UsageError(
-            f"--profile needs the cuda backend (it reads CUPTI's record of GPU kernels); "
-            f"this run uses {name}"
-        )
     err = Console(stderr=True)
     report = run_bench(
         backend,
@@ -290,16 +297,22 @@ def bench_command(
         command,
         log=lambda msg: err.print(f"[dim]bench:[/dim] {escape(msg)}", highlight=False),
         profile=profile,
+        audit_runs=audit_runs if profile else 0,
+        kernels_dir=kernels_dir,
     )
     out = Console()
     if not out.is_terminal:  # a log or a pipe: do not squeeze eleven columns into 80
         out = Console(width=max(out.width, 150))
     out.print(rich_table(report))
     out.print(targets_table(report))
-    for table in bench_profile.rich_tables(report.profiles):
+    for table in [
+        *bench_profile.rich_tables(report.profiles),
+        *audit_profile.rich_tables(report.audit),
+    ]:
         out.print(table)
     if json_path:
         write_atomic(json_path, json.dumps(to_json(report), indent=2) + "\n")
     if md_path:
-        write_atomic(md_path, to_markdown(report) + bench_profile.markdown(report.profiles))
+        text = to_markdown(report) + bench_profile.markdown(report.profiles)
+        write_atomic(md_path, text + audit_profile.markdown(report.audit))
     return 0
