@@ -3,9 +3,10 @@ tau * params + (1 - tau) * target; the target forward and the backward never mix
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+import torch
 
 from egf_audit.invariants.capture_common import (
     all_values,
@@ -16,13 +17,12 @@ from egf_audit.invariants.capture_common import (
     regions,
 )
 from egf_audit.invariants.common import (
-    bit_mismatch,
-    first_index,
     json_float,
     mode_traces,
     tensor_of_element,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
+from egf_audit.oracle.inputs import device, flat_snapshot
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD,
     AFTER_LOSSES,
@@ -88,60 +88,86 @@ def _stray_target_writes(trace: Trace) -> list[dict[str, Any]]:
     return found
 
 
+@overload
 def polyak_error_ulps(
     online: np.ndarray, start: np.ndarray, end: np.ndarray, tau: float
-) -> np.ndarray:
+) -> np.ndarray: ...
+@overload
+def polyak_error_ulps(
+    online: torch.Tensor, start: torch.Tensor, end: torch.Tensor, tau: float
+) -> torch.Tensor: ...
+def polyak_error_ulps(
+    online: np.ndarray | torch.Tensor,
+    start: np.ndarray | torch.Tensor,
+    end: np.ndarray | torch.Tensor,
+    tau: float,
+) -> np.ndarray | torch.Tensor:
     """|end - (tau * online + (1 - tau) * start)|, exact in float64, in fp32 ulps of the terms'
     magnitude |tau * online| + |(1 - tau) * start|; 0 where a non-finite input propagated, inf
-    where the result is not finite and should be.
+    where the result is not finite and should be. Arrays give an array (a capture's host
+    copies); tensors a tensor on their device (the rebuild's snapshots, on the GPU there).
 
     The kernel rounds each product relative to itself, not to the sum. Where the two terms
     nearly cancel (a parameter crossing zero) the result's own ulp is far below those
     roundings, so the ulp is taken at the terms' magnitude; elsewhere the two agree."""
-    o, t = online.astype(np.float64), start.astype(np.float64)
+    if isinstance(online, np.ndarray):
+        host = [torch.from_numpy(np.ascontiguousarray(a)) for a in (online, start, end)]
+        return polyak_error_ulps(host[0], host[1], host[2], tau).numpy()
+    assert isinstance(start, torch.Tensor) and isinstance(end, torch.Tensor)
+    o, t, e = online.double(), start.double(), end.double()
     exact = tau * o + (1.0 - tau) * t
-    magnitude = np.abs(tau * o) + np.abs((1.0 - tau) * t)
-    ulp = np.spacing(magnitude.astype(np.float32)).astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        ulps = np.abs(end.astype(np.float64) - exact) / ulp
+    magnitude = (tau * o).abs() + ((1.0 - tau) * t).abs()
+    m32 = magnitude.float()
+    ulp = (torch.nextafter(m32, torch.full_like(m32, torch.inf)) - m32).double()  # np.spacing
+    ulps = (e - exact).abs() / ulp
     # a non-finite parameter propagates (NaN gives NaN, Inf the same Inf): the blend is right;
     # a non-finite result from finite inputs is infinitely far
-    propagated = (np.isnan(exact) & np.isnan(end)) | (np.isinf(exact) & (end == exact))
-    return np.where(propagated, 0.0, np.where(np.isnan(ulps), np.inf, ulps))
+    propagated = (exact.isnan() & e.isnan()) | (exact.isinf() & (e == exact))
+    return torch.where(propagated, 0.0, torch.where(ulps.isnan(), torch.inf, ulps))
+
+
+def _first_and_count(mask: torch.Tensor) -> tuple[int, int]:
+    """(first set element or -1, how many are set) of a flat mask, read back together."""
+    if not mask.numel():
+        return -1, 0
+    first = torch.where(mask.any(), mask.int().argmax(), -1)
+    found = torch.stack([first, mask.sum()]).tolist()
+    return int(found[0]), int(found[1])
 
 
 def _step_findings(trace: Trace, step: int, tau: float) -> tuple[list[dict[str, Any]], float]:
-    """What one step shows, and the largest Polyak ulp distance it measured."""
+    """What one step shows, and the largest Polyak ulp distance it measured: on the oracle's
+    device, from the snapshots where they were copied (oracle/inputs.py)."""
     at = {"scenario": trace.scenario, "step": step}
-    start = trace.buffer_snapshot(step, STEP_START, TARGET)
-    before = trace.buffer_snapshot(step, BEFORE_POLYAK, TARGET)
-    online = trace.buffer_snapshot(step, BEFORE_POLYAK, "params")
-    end = trace.buffer_snapshot(step, STEP_END, TARGET)
+    dev = device()
+    start = flat_snapshot(trace, step, STEP_START, TARGET, dev)
+    before = flat_snapshot(trace, step, BEFORE_POLYAK, TARGET, dev)
+    online = flat_snapshot(trace, step, BEFORE_POLYAK, "params", dev)
+    end = flat_snapshot(trace, step, STEP_END, TARGET, dev)
     found = []
 
-    changed = bit_mismatch(start, before)
-    if changed.any():
-        element = first_index(changed)[0]
+    # the bit patterns: +0.0 and -0.0 differ, NaN never equals a number
+    element, changed = _first_and_count(start.view(torch.int32) != before.view(torch.int32))
+    if changed:
         found.append(
             at
             | {
                 "problem": "target_params changed between step_start and before_polyak",
-                "elements_changed": int(changed.sum()),
+                "elements_changed": changed,
                 "first_tensor": tensor_of_element(trace, TARGET, element),
             }
         )
 
     ulps = polyak_error_ulps(online, start, end, tau)
-    too_far = ulps > MAX_POLYAK_ULP
-    max_ulp = float(np.max(ulps)) if ulps.size else 0.0
-    if too_far.any():
-        element = first_index(too_far)[0]
+    element, off = _first_and_count(ulps > MAX_POLYAK_ULP)
+    max_ulp = float(ulps.max()) if ulps.numel() else 0.0
+    if off:
         found.append(
             at
             | {
                 "problem": f"step_end target is not tau * params + (1 - tau) * target "
                 f"within {MAX_POLYAK_ULP} ulp",
-                "elements_off": int(too_far.sum()),
+                "elements_off": off,
                 "max_ulp": json_float(max_ulp),
                 "first_tensor": tensor_of_element(trace, TARGET, element),
                 "first_element": element,

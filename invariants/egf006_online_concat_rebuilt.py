@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import torch
 
 from egf_audit.invariants.capture_common import (
     concat_contract,
@@ -17,7 +17,7 @@ from egf_audit.invariants.capture_common import (
     site_name,
     value_problems,
 )
-from egf_audit.invariants.common import bit_mismatch, mode_traces, region_values, steps
+from egf_audit.invariants.common import describe, mode_traces, region_values, steps
 from egf_audit.invariants.registry import (
     Invariant,
     Verdict,
@@ -26,6 +26,7 @@ from egf_audit.invariants.registry import (
     failed_with,
     passed,
 )
+from egf_audit.oracle.inputs import StepSnapshots, device, flat_snapshot
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     AFTER_FORWARD,
@@ -42,7 +43,7 @@ from egf_audit.runtime.trace import Missing
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Binding, Launch, Trace
+    from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
 SOFTMAX = "aux_nb_softmax_buf"
 
@@ -53,16 +54,33 @@ def dw_label(site: str) -> str:
     return at_site("backward_branch_dw[d=0]", site)
 
 
-def _concat(trace: Trace, step: int, h_s2: str, softmax: str) -> np.ndarray:
+def _concat(snaps: StepSnapshots, h_s2: str, softmax: str) -> torch.Tensor:
     """[h_s2 | p[:, up] - p[:, down]] from after_forward snapshots, the wire subtracted in fp32
-    as the concat kernel does."""
-    h = trace.snapshot(step, AFTER_FORWARD, h_s2)
-    p = trace.snapshot(step, AFTER_FORWARD, softmax)
-    wire = np.subtract(p[:, AUX_UP_INDEX], p[:, AUX_DOWN_INDEX], dtype=np.float32)
-    return np.concatenate([h, wire[:, None]], axis=1)
+    as the concat kernel does; on the oracle's device, where the snapshots were copied."""
+    h = snaps.array(AFTER_FORWARD, h_s2)
+    p = snaps.array(AFTER_FORWARD, softmax)
+    wire = p[:, AUX_UP_INDEX] - p[:, AUX_DOWN_INDEX]  # one fp32 subtraction
+    return torch.cat([h, wire[:, None]], dim=1)
 
 
-def _site_findings(trace: Trace, step: int, site: str, online: np.ndarray) -> dict[str, Any]:
+def _box(flat: torch.Tensor, region: Region) -> torch.Tensor:
+    """common.region_values for a tensor: the [rows, width] box, as a strided view."""
+    if region.rows <= 0 or region.width <= 0 or region.offset < 0 or region.last > flat.numel():
+        raise Missing(f"the box {describe(region)} does not fit a snapshot of {region.buffer}")
+    if region.ld < 0:  # rows running backwards: no strided view, read as region_values reads
+        return torch.from_numpy(region_values(flat.cpu().numpy(), region)).to(flat.device)
+    return flat.as_strided((region.rows, region.width), (region.ld, 1), region.offset)
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """common.bit_mismatch for fp32 tensors: +0.0 and -0.0 differ, NaN never equals."""
+    return a.view(torch.int32) != b.view(torch.int32)
+
+
+def _site_findings(
+    trace: Trace, snaps: StepSnapshots, site: str, online: torch.Tensor
+) -> dict[str, Any]:
+    step = snaps.step
     label = dw_label(site)
     at = {"scenario": trace.scenario, "step": step, "site": site, "label": label}
     launches = [x for x in trace.launches if x.step == step and x.label == label]
@@ -74,24 +92,24 @@ def _site_findings(trace: Trace, step: int, site: str, online: np.ndarray) -> di
     region = x_operand.region
     facts = at | {"buffer": region.buffer, "tensor": x_operand.tensor}
     facts |= {"rows_read": region.rows, "columns_read": region.width}
-    if (region.rows, region.width) != online.shape:
+    if (region.rows, region.width) != tuple(online.shape):
         return facts | {
             "problem": f"the x operand is {region.rows} x {region.width}, the online concat "
             f"{online.shape[0]} x {online.shape[1]}",
         }
-    inputs = trace.buffer_snapshot(step, f"input:{label}", region.buffer)
+    inputs = flat_snapshot(trace, step, f"input:{label}", region.buffer, snaps.dev)
     try:
-        x = region_values(inputs, region)
+        x = _box(inputs, region)
     except Missing:
         return facts | {"problem": "the x operand does not fit its buffer's snapshot"}
-    wrong = bit_mismatch(x, online)
-    if wrong.any():
-        target = _concat(trace, step, "tgt_h_s2", "tgt_aux_softmax")
+    wrong = _differs(x, online)
+    if bool(wrong.any()):
+        target = _concat(snaps, "tgt_h_s2", "tgt_aux_softmax")
         return facts | {
             "problem": "the x operand is not the online concat",
             "elements_differing": int(wrong.sum()),
-            "columns_differing": int(wrong.any(axis=0).sum()),
-            "equals_target_concat": not bit_mismatch(x, target).any(),
+            "columns_differing": int(wrong.any(dim=0).sum()),
+            "equals_target_concat": not bool(_differs(x, target).any()),
         }
     return {}
 
@@ -100,9 +118,10 @@ def check(run: AuditRun, mode: str) -> Verdict:
     findings, checked = [], []
     for _, trace in mode_traces(run, mode):
         for step in steps(trace):
-            online = _concat(trace, step, "save_h_s2", "aux_nb_softmax_buf")
+            snaps = StepSnapshots(trace, step, device())
+            online = _concat(snaps, "save_h_s2", "aux_nb_softmax_buf")
             for site in SITES:
-                found = _site_findings(trace, step, site, online)
+                found = _site_findings(trace, snaps, site, online)
                 if found:
                     findings.append(found)
                 else:

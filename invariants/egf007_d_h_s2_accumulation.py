@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
+import torch
 
 from egf_audit.invariants.capture_common import (
     Dims,
@@ -39,6 +40,7 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed
+from egf_audit.oracle.inputs import StepSnapshots, device
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     BEFORE_BACKWARD_FULL,
@@ -54,7 +56,7 @@ from egf_audit.runtime.trace import Missing
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.runtime.trace import Launch, Region, Trace
 
 UNIT_ROUNDOFF = 2.0**-24  # fp32
 FP32_TINY = float(np.finfo(np.float32).tiny)
@@ -106,7 +108,12 @@ def _memsets_all(launch: Launch, n: int) -> bool:
     dst = next(
         (b.region for b in launch.bindings if b.region and b.region.buffer == "d_h_s2"), None
     )
-    return dst is not None and bool(np.isin(np.arange(n), dst.flat_indices()).all())
+    if dst is None:
+        return False
+    written = dst.flat_indices()
+    covered = np.zeros(n, dtype=bool)  # a mark per element: linear, where a set test sorts
+    covered[written[(written >= 0) & (written < n)]] = True
+    return bool(covered.all())
 
 
 class TrunkEntry(TypedDict):
@@ -125,19 +132,21 @@ def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> TrunkEntry:
     every term and N is twice the number of terms an element sums (VALH products, one column
     per branch, AUXK products). gamma_N = N u / (1 - N u) bounds the error of ANY fp32
     evaluation order of such a sum (Higham, Accuracy and Stability, ch. 3), so the tolerance
-    holds for cuBLAS and the CPU alike with no tuned constant."""
+    holds for cuBLAS and the CPU alike with no tuned constant. In float64 on the oracle's
+    device: on the GPU the snapshots are read where they were copied, and four numbers come
+    back."""
     dims = run.config.dims
     s2 = dims.SH2
     point = site_checkpoint(site, TRUNK_ENTRY)
-    params = trace.buffer_snapshot(step, STEP_START, "params")
-    w_v0 = trace.tensor(params, "params", "w_v0").astype(np.float64)
-    w_aux = trace.tensor(params, "params", "w_aux").astype(np.float64)
-    d_v_hid = _matrix(trace, step, point, "d_v_hid")
-    d_aux = _matrix(trace, step, point, "d_aux_logits")
+    snaps = StepSnapshots(trace, step, device())
+    w_v0 = snaps.array(STEP_START, "params", "w_v0").double()
+    w_aux = snaps.array(STEP_START, "params", "w_aux").double()
+    d_v_hid = snaps.array(point, "d_v_hid").double()
+    d_aux = snaps.array(point, "d_aux_logits").double()
     concat = [
-        _matrix(trace, step, point, concat_dx_buffer(d))[:, :s2] for d in range(len(BRANCHES))
+        snaps.array(point, concat_dx_buffer(d)).double()[:, :s2] for d in range(len(BRANCHES))
     ]
-    got = _matrix(trace, step, point, "d_h_s2")
+    got = snaps.array(point, "d_h_s2").double()
     shapes = {
         "d_v_hid": (d_v_hid.shape, (dims.B, dims.VALH)),
         "w_v0": (w_v0.shape, (dims.VALH, s2)),
@@ -147,24 +156,26 @@ def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> TrunkEntry:
         **{concat_dx_buffer(d): (c.shape, (dims.B, s2)) for d, c in enumerate(concat)},
     }
     for name, (shape, expected) in shapes.items():
-        if shape != expected:
+        if tuple(shape) != expected:
             raise Missing(f"{name} at {point} (step {step}) is {list(shape)}, not {list(expected)}")
 
     ref = d_v_hid @ w_v0 + sum(concat) + d_aux @ w_aux
-    magnitude = np.abs(d_v_hid) @ np.abs(w_v0) + sum(np.abs(c) for c in concat)
-    magnitude = magnitude + np.abs(d_aux) @ np.abs(w_aux)
+    magnitude = d_v_hid.abs() @ w_v0.abs() + sum(c.abs() for c in concat)
+    magnitude = magnitude + d_aux.abs() @ w_aux.abs()
     terms = 2 * (dims.VALH + len(BRANCHES) + dims.AUXK)
     gamma = terms * UNIT_ROUNDOFF / (1.0 - terms * UNIT_ROUNDOFF)
     bound = gamma * magnitude + terms * FP32_TINY  # the floor covers subnormal flushing
-    err = np.abs(got - ref)
-    err = np.where(np.isnan(err), np.inf, err)  # a NaN never passes
+    err = (got - ref).abs()
+    err = torch.where(err.isnan(), torch.inf, err)  # a NaN never passes
+    over = (~(err <= bound)).sum().double()  # a NaN bound fails too
+    measured = torch.stack([over, err.max(), ref.abs().max(), (err / bound).max()]).tolist()
     return {
         "step": step,
         "site": site,
-        "elements_over": int(np.count_nonzero(~(err <= bound))),  # a NaN bound fails too
-        "max_abs_err": float(err.max()),
-        "max_abs_ref": float(np.abs(ref).max()),
-        "max_err_over_bound": float((err / bound).max()),
+        "elements_over": int(measured[0]),
+        "max_abs_err": measured[1],
+        "max_abs_ref": measured[2],
+        "max_err_over_bound": measured[3],
     }
 
 
@@ -180,8 +191,14 @@ def _json(result: TrunkEntry) -> dict[str, object]:
     return out
 
 
-def _matrix(trace: Trace, step: int, point: str, buffer: str) -> np.ndarray:
-    return trace.tensor(trace.buffer_snapshot(step, point, buffer), buffer).astype(np.float64)
+def _column_hits(region: Region, period: int, column: int) -> int:
+    """How many elements of a box lie in `column` of rows `period` wide (flat index % period
+    == column): counted row by row, as the box's flat indices would be, without listing them."""
+    if region.rows <= 0 or region.width <= 0:
+        return 0
+    starts = (region.offset + np.arange(region.rows, dtype=np.int64) * region.ld) % period
+    first = (column - starts) % period  # the first c in [0, width) with (start + c) % period
+    return int(np.where(first < region.width, (region.width - 1 - first) // period + 1, 0).sum())
 
 
 def _wire_column_reads(trace: Trace, step: int, sh2: int) -> list[dict[str, object]]:
@@ -191,7 +208,7 @@ def _wire_column_reads(trace: Trace, step: int, sh2: int) -> list[dict[str, obje
             continue
         for b in x.bindings:
             if b.reads and b.region is not None and b.region.buffer == DIR_DX:
-                hits = int(np.count_nonzero(b.region.flat_indices() % (sh2 + 1) == sh2))
+                hits = _column_hits(b.region, sh2 + 1, sh2)
                 if hits:
                     out.append(
                         {

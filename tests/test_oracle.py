@@ -177,7 +177,7 @@ def test_egf010_fails_cleanly_on_adam_state_of_the_old_shape(cpu_backend):
 def test_relu_decisions_exempt_only_near_ties():
     z = torch.tensor([-1.0, -1e-9, 1e-9, 2.0, 3.0], dtype=torch.float64)
     band = torch.full_like(z, 1e-8)
-    pipeline_act = np.array([0.0, 0.5, 0.0, 0.0, 3.0], np.float32)
+    pipeline_act = torch.tensor([0.0, 0.5, 0.0, 0.0, 3.0], dtype=torch.float32)
     check = oracle.relu_decisions("online.h_s1", z, band, pipeline_act)
     assert check == oracle.DecisionCheck(
         "online.h_s1", total=5, near_ties=2, flips_in_band=2, mismatches=1
@@ -190,7 +190,7 @@ def test_argmax_decisions_exempt_only_near_ties():
         dtype=torch.float64,
     )
     band = torch.full_like(q, 1e-8)
-    picked = np.array([0, 0, 0, 7])  # a near-tie flip, a real flip, agreement, out of range
+    picked = torch.tensor([0, 0, 0, 7])  # a near-tie flip, a real flip, agreement, out of range
     check = oracle.argmax_decisions("td_argmax.b0", q, band, picked)
     assert check == oracle.DecisionCheck(
         "td_argmax.b0", total=4, near_ties=1, flips_in_band=1, mismatches=2

@@ -19,7 +19,8 @@ the updated state) and checks, as SPEC section 4's EGF010 note asks:
 
 Missing or malformed data (`Missing`, the trace's one convention) never escapes: it becomes a
 problem of the report, which then fails.
-The float64 math runs on the GPU when torch sees one, else on the CPU.
+The float64 math runs on the GPU when torch sees one, else on the CPU; on the GPU the snapshots
+are read where the CUDA backend copied them, and only the measured figures reach the host.
 """
 
 from __future__ import annotations
@@ -120,30 +121,29 @@ class OracleReport:
 # ---- 1. decisions ----
 
 
+def _counts(*flags: torch.Tensor) -> list[int]:
+    """How many of each boolean tensor are set, read back together."""
+    return [int(v) for v in torch.stack([f.sum() for f in flags]).tolist()]
+
+
 def relu_decisions(
-    layer: str, z: torch.Tensor, band: torch.Tensor, pipeline_act: np.ndarray
+    layer: str, z: torch.Tensor, band: torch.Tensor, pipeline_act: torch.Tensor
 ) -> DecisionCheck:
     """The pipeline's mask (activation > 0) against the float64 pre-activation z > 0."""
-    pipeline_on = torch.from_numpy(pipeline_act > 0).to(z.device)
+    pipeline_on = pipeline_act.to(z.device) > 0
     flips = pipeline_on != (z > 0)
     near = z.abs() <= band
-    return DecisionCheck(
-        layer,
-        int(z.numel()),
-        int(near.sum()),
-        int((flips & near).sum()),
-        int((flips & ~near).sum()),
-    )
+    return DecisionCheck(layer, int(z.numel()), *_counts(near, flips & near, flips & ~near))
 
 
 def argmax_decisions(
-    name: str, q: torch.Tensor, band: torch.Tensor, pipeline_argmax: np.ndarray
+    name: str, q: torch.Tensor, band: torch.Tensor, pipeline_argmax: torch.Tensor
 ) -> DecisionCheck:
     """The pipeline's TD argmax against the float64 one (first index on ties). A flip is a
     near-tie when the float64 Q values of the two actions are closer than their two bands; a row
     is counted as a near-tie when its two best float64 Q values are (or when it flipped so)."""
     rows = torch.arange(q.shape[0], device=q.device)
-    picked = torch.from_numpy(pipeline_argmax).to(q.device)
+    picked = pipeline_argmax.to(q.device, torch.int64)
     valid = (picked >= 0) & (picked < q.shape[1])
     picked = picked.clamp(0, q.shape[1] - 1)
     best = q.argmax(dim=1)
@@ -153,34 +153,31 @@ def argmax_decisions(
     if q.shape[1] > 1:
         top2 = q.topk(2, dim=1)
         near |= top2.values[:, 0] - top2.values[:, 1] <= band.gather(1, top2.indices).sum(dim=1)
-    return DecisionCheck(
-        name,
-        int(q.shape[0]),
-        int(near.sum()),
-        int((flips & in_band).sum()),
-        int((flips & ~in_band).sum()),
-    )
+    return DecisionCheck(name, int(q.shape[0]), *_counts(near, flips & in_band, flips & ~in_band))
 
 
 # ---- 2. and 3. values ----
 
 
 def compare(
-    name: str, kind: str, ref: torch.Tensor, got: np.ndarray | None, note: str = ""
+    name: str, kind: str, ref: torch.Tensor, got: torch.Tensor | None, note: str = ""
 ) -> TensorCheck:
-    """One tensor against its float64 reference. A missing or differently shaped pipeline
-    tensor fails, with what exists (the common flat prefix) still measured."""
-    ref_np = ref.detach().cpu().numpy()
-    max_ref = float(np.max(np.abs(ref_np))) if ref_np.size else 0.0
+    """One tensor against its float64 reference, where both are. A missing or differently
+    shaped pipeline tensor fails, with what exists (the common flat prefix) still measured."""
+    ref = ref.detach()
+    max_ref = float(ref.abs().max()) if ref.numel() else 0.0
     tol = tolerance(max_ref, kind)
     if got is None:
         return TensorCheck(name, kind, float("nan"), tol, max_ref, False, note or "missing")
-    if got.shape != ref_np.shape:
-        note = note or f"shape {list(got.shape)}, reference {list(ref_np.shape)}"
-        n = min(got.size, ref_np.size)
-        ref_np, got = ref_np.ravel()[:n], got.ravel()[:n]
-    err = np.abs(got.astype(np.float64) - ref_np)
-    max_err = float("nan") if np.isnan(err).any() else float(np.max(err, initial=0.0))
+    if tuple(got.shape) != tuple(ref.shape):
+        note = note or f"shape {list(got.shape)}, reference {list(ref.shape)}"
+        n = min(got.numel(), ref.numel())
+        ref, got = ref.reshape(-1)[:n], got.reshape(-1)[:n]
+    max_err = 0.0
+    if got.numel():
+        err = (got.to(ref.device, torch.float64) - ref).abs()
+        nan, largest = torch.stack([err.isnan().any().to(err.dtype), err.max()]).tolist()
+        max_err = float("nan") if nan else largest
     ok = not note and bool(max_err <= tol)  # NaN compares False: it fails
     return TensorCheck(name, kind, max_err, tol, max_ref, ok, note)
 
@@ -193,23 +190,23 @@ def state_like_params(
     got = snaps.optional(checkpoint, buffer, name)
     if got is None:
         raise Missing(f"no {buffer}.{name} at {checkpoint} (step {snaps.step})")
-    if got.shape == tuple(like.shape):
-        return _f64(got, like.device)
+    if tuple(got.shape) == tuple(like.shape):
+        return _f64(got)
     flat = torch.zeros(like.numel(), dtype=torch.float64, device=like.device)
-    n = min(got.size, like.numel())
-    flat[:n] = _f64(got.ravel()[:n], like.device)
+    n = min(got.numel(), like.numel())
+    flat[:n] = _f64(got.reshape(-1)[:n])
     return flat.reshape(like.shape)
 
 
 def update_checks(
-    snaps: StepSnapshots, inputs: StepInputs, dims: DimsView, hyper: HyperView, dev: torch.device
+    snaps: StepSnapshots, inputs: StepInputs, dims: DimsView, hyper: HyperView
 ) -> list[TensorCheck]:
     """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
     rows: list[TensorCheck] = []
     t = snaps.checkpoint_meta(BEFORE_POLYAK).get("adam_t")
     if not isinstance(t, int) or t < 1:
         raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
-    grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", dims, dev)
+    grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", dims)
     stepped = {}
     for name, param in inputs.params.items():
         m0 = state_like_params(snaps, STEP_START, "adam_m", name, param)
@@ -218,7 +215,7 @@ def update_checks(
         for kind, ref in (("adam_m", m1), ("adam_v", v1)):
             rows.append(compare(name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
 
-    u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)), dev)
+    u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)))
     stepped["w_b0fc"], u1, v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
     for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
         rows.append(compare(name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
@@ -228,7 +225,7 @@ def update_checks(
         rows.append(compare(name, "param", ref, after))
         # Polyak from the pipeline's own post-step params (the reference's where they are
         # missing) and the pre-step target
-        online = _f64(after, dev) if after is not None and after.shape == ref.shape else ref
+        online = _f64(after) if after is not None and after.shape == ref.shape else ref
         target = model.polyak(inputs.target_params[name], online, hyper.tau)
         rows.append(
             compare(name, "target", target, snaps.optional(STEP_END, "target_params", name))
@@ -251,9 +248,9 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
     """Decisions, gradients and update of one recorded step against the float64 model."""
     dims, hyper = config.dims, as_the_kernels_take_it(config.hyper)
     report = OracleReport(trace.scenario, step)
-    snaps, dev = StepSnapshots(trace, step), device()
+    snaps = StepSnapshots(trace, step, device())
     try:
-        inputs = load_inputs(snaps, dims, dev)
+        inputs = load_inputs(snaps, dims)
         grads_got = {
             name: snaps.array(AFTER_BACKWARD, "grad_buf", name, (rows, cols))
             for name, rows, cols in param_shapes(dims)
@@ -263,8 +260,7 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
         return report
 
     masks = {
-        net: {layer: _f64(a > 0, dev) for layer, a in inputs.activations[net].items()}
-        for net in NETS
+        net: {layer: _f64(a > 0) for layer, a in inputs.activations[net].items()} for net in NETS
     }
     with torch.no_grad():
         target_net = model.forward(
@@ -283,7 +279,7 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
         ("online", online_net, inputs.params),
         ("target", target_net, inputs.target_params),
     ):
-        x32 = pipeline_relu_inputs(inputs, net, dev)
+        x32 = pipeline_relu_inputs(inputs, net)
         for layer in model.RELU_LAYERS:
             z = passed.pre[layer].detach()
             band = model.relu_band(params, layer, z, x32[layer])
@@ -292,14 +288,14 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
             )
     for b in range(len(BRANCHES)):
         q64 = target_net.q_values[b]
-        band = (_f64(inputs.target_q[b], dev) - q64).abs()
+        band = (_f64(inputs.target_q[b]) - q64).abs()
         report.decisions.append(
             argmax_decisions(f"td_argmax.b{b}", q64, band, inputs.td_argmax[:, b])
         )
 
     # 2. gradients, with the pipeline's decisions (its masks above, its argmax here; an
     # out-of-range argmax already failed as a decision and is clamped only to stay computable)
-    argmax = torch.from_numpy(inputs.td_argmax).to(dev)
+    argmax = inputs.td_argmax.clone()
     for b in range(len(BRANCHES)):
         argmax[:, b] = argmax[:, b].clamp(0, dims.A[b] - 1)
     td_target = model.td_targets(target_net.q_values, argmax, inputs.batch, hyper)
@@ -312,7 +308,7 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
 
     # 3. the update
     try:
-        report.tensors += update_checks(snaps, inputs, dims, hyper, dev)
+        report.tensors += update_checks(snaps, inputs, dims, hyper)
     except Missing as exc:
         report.problems.append(str(exc))
     return report

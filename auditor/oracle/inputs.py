@@ -1,11 +1,15 @@
-"""What the oracle reads of a recorded step: its snapshots as float64 tensors through the trace's
-layout (missing data raises the trace's `Missing`), the batch and the pipeline's own decisions."""
+"""What the oracle reads of a recorded step: its snapshots as tensors on the oracle's device
+through the trace's layout (missing data raises the trace's `Missing`), the batch and the
+pipeline's own decisions.
+
+On the GPU a snapshot is read where the backend copied it, through DLPack: the float64 checks
+then run on data that never left the device. Elsewhere (the CPU backend, a capture) it is read
+from its host copy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from egf_audit.oracle import model
@@ -20,7 +24,7 @@ from egf_audit.runtime.contract import (
     STEP_START,
     param_shapes,
 )
-from egf_audit.runtime.trace import Missing, Trace
+from egf_audit.runtime.trace import Missing, Snapshot, Trace
 
 # net -> (activation prefix, softmax buffer, observation buffer, context prefix)
 NETS = {
@@ -36,11 +40,40 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-class StepSnapshots:
-    """The trace's snapshots of one step, read as [rows, cols] arrays through its layout."""
+def flat_snapshot(
+    trace: Trace, step: int, checkpoint: str, buffer: str, dev: torch.device
+) -> torch.Tensor:
+    """A whole flat buffer as snapshotted at a checkpoint, on `dev`, in its own dtype."""
+    snap = trace.snapshots.get((step, checkpoint))
+    if snap is None or buffer not in snap:
+        trace.buffer_snapshot(step, checkpoint, buffer)  # raises its Missing
+    assert snap is not None
+    if dev.type == "cuda" and isinstance(snap, Snapshot):
+        view = snap.device_array(buffer)
+        if view is not None:
+            return torch.from_dlpack(view)
+    return torch.from_numpy(snap[buffer]).to(dev)
 
-    def __init__(self, trace: Trace, step: int):
-        self.trace, self.step = trace, step
+
+def tensor_view(trace: Trace, flat: torch.Tensor, buffer: str, tensor: str | None) -> torch.Tensor:
+    """A [rows, cols] view of one tensor (by default the buffer's own) of a flat copy, through
+    the trace's layout: Trace.tensor for tensors."""
+    name = tensor or buffer
+    try:
+        offset, rows, cols = trace.layout[buffer]["tensors"][name]
+    except KeyError:
+        raise Missing(f"the layout of {trace.scenario} has no tensor {name} in {buffer}") from None
+    if flat.numel() < offset + rows * cols:
+        raise Missing(f"a snapshot of {buffer} in {trace.scenario} is shorter than {name}")
+    return flat[offset : offset + rows * cols].reshape(rows, cols)
+
+
+class StepSnapshots:
+    """The trace's snapshots of one step, read as [rows, cols] tensors on `dev` through its
+    layout."""
+
+    def __init__(self, trace: Trace, step: int, dev: torch.device):
+        self.trace, self.step, self.dev = trace, step, dev
 
     def array(
         self,
@@ -48,14 +81,15 @@ class StepSnapshots:
         buffer: str,
         tensor: str | None = None,
         shape: tuple[int, int] | None = None,
-    ) -> np.ndarray:
-        values = self.trace.snapshot(self.step, checkpoint, buffer, tensor)
-        if shape is not None and values.shape != tuple(shape):
+    ) -> torch.Tensor:
+        flat = flat_snapshot(self.trace, self.step, checkpoint, buffer, self.dev)
+        values = tensor_view(self.trace, flat, buffer, tensor)
+        if shape is not None and tuple(values.shape) != tuple(shape):
             where = f"{buffer}{'.' + tensor if tensor else ''} at {checkpoint} (step {self.step})"
             raise Missing(f"{where} is {list(values.shape)}; the config says {list(shape)}")
         return values
 
-    def optional(self, checkpoint: str, buffer: str, tensor: str) -> np.ndarray | None:
+    def optional(self, checkpoint: str, buffer: str, tensor: str) -> torch.Tensor | None:
         """A tensor through the pipeline's own table, whatever its shape, or None."""
         try:
             return self.array(checkpoint, buffer, tensor)
@@ -66,14 +100,14 @@ class StepSnapshots:
         return self.trace.checkpoint(self.step, name).args
 
 
-def _f64(array: np.ndarray, dev: torch.device) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(array, dtype=np.float64)).to(dev)
+def _f64(values: torch.Tensor) -> torch.Tensor:
+    return values.to(torch.float64)
 
 
-def _indices(values: np.ndarray, limit: int, what: str, dev: torch.device) -> torch.Tensor:
-    if values.size and (values.min() < 0 or values.max() >= limit):
+def _indices(values: torch.Tensor, limit: int, what: str) -> torch.Tensor:
+    if values.numel() and (int(values.min()) < 0 or int(values.max()) >= limit):
         raise Missing(f"{what} holds an index outside [0, {limit})")
-    return torch.from_numpy(values.astype(np.int64)).to(dev)
+    return values.to(torch.int64)
 
 
 @dataclass
@@ -82,24 +116,22 @@ class StepInputs:
     target_params: model.Params
     obs: dict[str, torch.Tensor]  # "obs" / "next_obs"
     context: dict[str, list[torch.Tensor | None]]  # "ctx" / "next_ctx" -> per branch (d >= 1)
-    activations: dict[str, dict[str, np.ndarray]]  # net -> ReLU layer -> pipeline activation
-    aux_softmax: dict[str, np.ndarray]  # net -> the pipeline's softmax (its wire's source)
-    target_q: list[np.ndarray]  # the pipeline's Q'_d, which its TD argmax was taken on
-    td_argmax: np.ndarray  # [B, branches], the pipeline's
+    activations: dict[str, dict[str, torch.Tensor]]  # net -> ReLU layer -> fp32 activation
+    aux_softmax: dict[str, torch.Tensor]  # net -> the pipeline's fp32 softmax (the wire's)
+    target_q: list[torch.Tensor]  # the pipeline's fp32 Q'_d, which its TD argmax was taken on
+    td_argmax: torch.Tensor  # [B, branches] int64, the pipeline's
     batch: model.StepBatch
     alpha: float  # ISV[393] as the backward read it
 
 
-def read_params(
-    snaps: StepSnapshots, checkpoint: str, buffer: str, dims: DimsView, dev: torch.device
-) -> model.Params:
+def read_params(snaps: StepSnapshots, checkpoint: str, buffer: str, dims: DimsView) -> model.Params:
     return {
-        name: _f64(snaps.array(checkpoint, buffer, name, (rows, cols)), dev)
+        name: _f64(snaps.array(checkpoint, buffer, name, (rows, cols)))
         for name, rows, cols in param_shapes(dims)
     }
 
 
-def load_inputs(snaps: StepSnapshots, dims: DimsView, dev: torch.device) -> StepInputs:
+def load_inputs(snaps: StepSnapshots, dims: DimsView) -> StepInputs:
     d, nb = dims, len(BRANCHES)
     widths = {"h_s1": d.SH1, "h_s2": d.SH2, "v_hid": d.VALH}
     widths.update({f"b{b}_hid": d.ADV for b in range(nb)})
@@ -110,27 +142,26 @@ def load_inputs(snaps: StepSnapshots, dims: DimsView, dev: torch.device) -> Step
             for layer in model.RELU_LAYERS
         }
         aux_softmax[net] = snaps.array(AFTER_FORWARD, softmax, shape=(d.B, d.AUXK))
-        obs[obs_name] = _f64(snaps.array(STEP_START, obs_name, shape=(d.B, d.OBS)), dev)
+        obs[obs_name] = _f64(snaps.array(STEP_START, obs_name, shape=(d.B, d.OBS)))
         context[ctx] = [None] + [
-            _f64(snaps.array(STEP_START, f"{ctx}_b{b}", shape=(d.B, d.E[b])), dev)
-            for b in range(1, nb)
+            _f64(snaps.array(STEP_START, f"{ctx}_b{b}", shape=(d.B, d.E[b]))) for b in range(1, nb)
         ]
     actions = snaps.array(STEP_START, "actions", shape=(d.B, nb))
     for b in range(nb):
-        _indices(actions[:, b], d.A[b], f"actions[:, {b}]", dev)
+        _indices(actions[:, b], d.A[b], f"actions[:, {b}]")
     labels = snaps.array(STEP_START, "aux_label", shape=(d.B, 1))[:, 0]
     batch = model.StepBatch(
-        actions=_indices(actions, max(d.A), "actions", dev),
-        reward=_f64(snaps.array(STEP_START, "reward", shape=(d.B, 1))[:, 0], dev),
-        done=_f64(snaps.array(STEP_START, "done", shape=(d.B, 1))[:, 0], dev),
-        aux_label=_indices(labels, d.AUXK, "aux_label", dev),
+        actions=_indices(actions, max(d.A), "actions"),
+        reward=_f64(snaps.array(STEP_START, "reward", shape=(d.B, 1))[:, 0]),
+        done=_f64(snaps.array(STEP_START, "done", shape=(d.B, 1))[:, 0]),
+        aux_label=_indices(labels, d.AUXK, "aux_label"),
     )
-    isv = snaps.array(AFTER_LOSSES, "isv_signals").ravel()
-    if isv.size <= ALPHA_GRAD_SMOOTHED_INDEX:
+    isv = snaps.array(AFTER_LOSSES, "isv_signals").reshape(-1)
+    if isv.numel() <= ALPHA_GRAD_SMOOTHED_INDEX:
         raise Missing("isv_signals at after_losses is shorter than ISV[393]")
     return StepInputs(
-        params=read_params(snaps, STEP_START, "params", dims, dev),
-        target_params=read_params(snaps, STEP_START, "target_params", dims, dev),
+        params=read_params(snaps, STEP_START, "params", dims),
+        target_params=read_params(snaps, STEP_START, "target_params", dims),
         obs=obs,
         context=context,
         activations=activations,
@@ -138,22 +169,22 @@ def load_inputs(snaps: StepSnapshots, dims: DimsView, dev: torch.device) -> Step
         target_q=[
             snaps.array(AFTER_FORWARD, f"tgt_q_b{b}", shape=(d.B, d.A[b])) for b in range(nb)
         ],
-        td_argmax=snaps.array(AFTER_LOSSES, "td_argmax", shape=(d.B, nb)).astype(np.int64),
+        td_argmax=snaps.array(AFTER_LOSSES, "td_argmax", shape=(d.B, nb)).to(torch.int64),
         batch=batch,
-        alpha=float(np.float32(isv[ALPHA_GRAD_SMOOTHED_INDEX])),
+        alpha=float(isv[ALPHA_GRAD_SMOOTHED_INDEX]),  # an fp32 value, exact as a float
     )
 
 
-def pipeline_relu_inputs(inputs: StepInputs, net: str, dev: torch.device) -> dict:
+def pipeline_relu_inputs(inputs: StepInputs, net: str) -> dict:
     """The fp32 input each ReLU layer's linear map had in the pipeline, from its saved
     activations: [h_s2 | wire] with the wire rounded as the concat kernel rounds it (one fp32
     subtraction), [h_s2 | context] for the other branches."""
     _, _, obs, ctx = NETS[net]
     act, p = inputs.activations[net], inputs.aux_softmax[net]
     wire = (p[:, AUX_UP_INDEX] - p[:, AUX_DOWN_INDEX])[:, None]  # float32 arithmetic
-    h_s2 = _f64(act["h_s2"], dev)
-    out = {"h_s1": inputs.obs[obs], "h_s2": _f64(act["h_s1"], dev), "v_hid": h_s2}
-    out["b0_hid"] = torch.cat([h_s2, _f64(wire, dev)], dim=1)
+    h_s2 = _f64(act["h_s2"])
+    out = {"h_s1": inputs.obs[obs], "h_s2": _f64(act["h_s1"]), "v_hid": h_s2}
+    out["b0_hid"] = torch.cat([h_s2, _f64(wire)], dim=1)
     for b in range(1, len(BRANCHES)):
         context = inputs.context[ctx][b]
         assert context is not None  # every branch but the direction one has its context
