@@ -182,6 +182,45 @@ def compare(
     return TensorCheck(name, kind, max_err, tol, max_ref, ok, note)
 
 
+Compared = tuple[str, str, torch.Tensor, torch.Tensor | None]  # name, kind, ref, got
+
+
+def compare_many(items: list[Compared]) -> list[TensorCheck]:
+    """compare() of each item, in order: those whose tensors have one shape in one pass over
+    them all and one read-back, the others (missing, reshaped, empty) one by one. The maxima
+    are the same numbers compare() takes (a maximum does not depend on the order)."""
+    out: list[TensorCheck | None] = [None] * len(items)
+    whole = []
+    for i, (name, kind, ref, got) in enumerate(items):
+        if got is not None and ref.numel() and tuple(got.shape) == tuple(ref.shape):
+            whole.append(i)
+        else:
+            out[i] = compare(name, kind, ref, got)
+    if whole:
+        refs = torch.cat([items[i][2].detach().reshape(-1) for i in whole])
+        gots = torch.cat(
+            [items[i][3].reshape(-1).to(refs.device, torch.float64) for i in whole]  # type: ignore[union-attr]
+        )
+        sizes = torch.tensor([items[i][2].numel() for i in whole], device=refs.device)
+        segment = torch.repeat_interleave(torch.arange(len(whole), device=refs.device), sizes)
+
+        def largest(values: torch.Tensor) -> torch.Tensor:
+            """Per item: the largest value, NaN where one is NaN (as numpy's max)."""
+            nan = values.isnan()
+            top = torch.zeros(len(whole), dtype=torch.float64, device=values.device)
+            top = top.scatter_reduce(0, segment, values.masked_fill(nan, 0.0), "amax")
+            hit = torch.zeros(len(whole), dtype=torch.bool, device=values.device)
+            return top.masked_fill(hit.scatter_reduce(0, segment, nan, "amax"), torch.nan)
+
+        max_ref, max_err = torch.stack([largest(refs.abs()), largest((gots - refs).abs())]).tolist()
+        for j, i in enumerate(whole):
+            name, kind = items[i][0], items[i][1]
+            tol = tolerance(max_ref[j], kind)
+            ok = bool(max_err[j] <= tol)  # NaN compares False: it fails
+            out[i] = TensorCheck(name, kind, max_err[j], tol, max_ref[j], ok)
+    return [c for c in out if c is not None]
+
+
 def state_like_params(
     snaps: StepSnapshots, checkpoint: str, buffer: str, name: str, like: torch.Tensor
 ) -> torch.Tensor:
@@ -202,7 +241,7 @@ def update_checks(
     snaps: StepSnapshots, inputs: StepInputs, dims: DimsView, hyper: HyperView
 ) -> list[TensorCheck]:
     """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
-    rows: list[TensorCheck] = []
+    rows: list[Compared] = []
     t = snaps.checkpoint_meta(BEFORE_POLYAK).get("adam_t")
     if not isinstance(t, int) or t < 1:
         raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
@@ -213,24 +252,22 @@ def update_checks(
         v0 = state_like_params(snaps, STEP_START, "adam_v", name, param)
         stepped[name], m1, v1 = model.adam(param, grads[name], m0, v0, t, hyper)
         for kind, ref in (("adam_m", m1), ("adam_v", v1)):
-            rows.append(compare(name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
+            rows.append((name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
 
     u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)))
     stepped["w_b0fc"], u1, v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
     for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
-        rows.append(compare(name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
+        rows.append((name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
 
     for name, ref in stepped.items():
         after = snaps.optional(BEFORE_POLYAK, "params", name)
-        rows.append(compare(name, "param", ref, after))
+        rows.append((name, "param", ref, after))
         # Polyak from the pipeline's own post-step params (the reference's where they are
         # missing) and the pre-step target
         online = _f64(after) if after is not None and after.shape == ref.shape else ref
         target = model.polyak(inputs.target_params[name], online, hyper.tau)
-        rows.append(
-            compare(name, "target", target, snaps.optional(STEP_END, "target_params", name))
-        )
-    return rows
+        rows.append((name, "target", target, snaps.optional(STEP_END, "target_params", name)))
+    return compare_many(rows)
 
 
 # ---- the step ----
@@ -302,9 +339,17 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
     loss = model.total_loss(online_net, td_target, inputs.batch, hyper)
     names = list(leaves)
     grads = torch.autograd.grad(loss, [leaves[n] for n in names], allow_unused=True)
-    for name, grad in zip(names, grads, strict=True):
-        ref = grad if grad is not None else torch.zeros_like(leaves[name])
-        report.tensors.append(compare(name, "grad", ref, grads_got[name]))
+    report.tensors += compare_many(
+        [
+            (
+                name,
+                "grad",
+                grad if grad is not None else torch.zeros_like(leaves[name]),
+                grads_got[name],
+            )
+            for name, grad in zip(names, grads, strict=True)
+        ]
+    )
 
     # 3. the update
     try:

@@ -74,6 +74,13 @@ class StepSnapshots:
 
     def __init__(self, trace: Trace, step: int, dev: torch.device):
         self.trace, self.step, self.dev = trace, step, dev
+        self._flats: dict[tuple[str, str], torch.Tensor] = {}  # each buffer read once
+
+    def flat(self, checkpoint: str, buffer: str) -> torch.Tensor:
+        key = (checkpoint, buffer)
+        if key not in self._flats:
+            self._flats[key] = flat_snapshot(self.trace, self.step, checkpoint, buffer, self.dev)
+        return self._flats[key]
 
     def array(
         self,
@@ -82,8 +89,7 @@ class StepSnapshots:
         tensor: str | None = None,
         shape: tuple[int, int] | None = None,
     ) -> torch.Tensor:
-        flat = flat_snapshot(self.trace, self.step, checkpoint, buffer, self.dev)
-        values = tensor_view(self.trace, flat, buffer, tensor)
+        values = tensor_view(self.trace, self.flat(checkpoint, buffer), buffer, tensor)
         if shape is not None and tuple(values.shape) != tuple(shape):
             where = f"{buffer}{'.' + tensor if tensor else ''} at {checkpoint} (step {self.step})"
             raise Missing(f"{where} is {list(values.shape)}; the config says {list(shape)}")

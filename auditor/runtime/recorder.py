@@ -188,7 +188,10 @@ class Recorder:
             watch = self._watch = self._timed(cost_kinds.SHADOWS, lambda: self.backend.watch(bases))
         failure = None
         try:
-            self._timed(cost_kinds.LAUNCH, run)
+            if self.costs is None:  # the common case: no wrapper per launch
+                run()
+            else:
+                self._timed(cost_kinds.LAUNCH, run)
         except LaunchFailed as exc:
             failure = exc.what
             where = f"{self._trace.scenario} launch #{len(self._trace.launches)} ({label})"
@@ -200,12 +203,13 @@ class Recorder:
             return _Queued(failure)
         breaches: tuple[GuardBreach, ...] = ()
         if kind == "kernel":
-            breaches = self._guard_breaches(
-                self._timed(cost_kinds.GUARDS, self.backend.guard_breaches)
-            )
-        strays = self._stray_writes(
-            self._timed(cost_kinds.COMPARISONS, lambda: watch.changes(exempt))
-        )
+            found = self._timed(cost_kinds.GUARDS, self.backend.guard_breaches)
+            breaches = self._guard_breaches(found) if found else ()
+        if self.costs is None:
+            changes = watch.changes(exempt)
+        else:
+            changes = self._timed(cost_kinds.COMPARISONS, lambda: watch.changes(exempt))
+        strays = self._stray_writes(changes) if changes else ()
         if failure is None and not breaches and not strays:
             return CONTAINED
         return Effects(strays, breaches, failure)
