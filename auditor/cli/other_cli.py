@@ -220,7 +220,8 @@ def bench(
         bool,
         typer.Option(
             "--profile",
-            help="Also show where the plain step's GPU time goes, kernel by kernel (cuda only).",
+            help="Also show where the plain step's GPU time goes, kernel by kernel (cuda), and "
+            "where an audit's own time goes: by phase, invariant, scenario and kind of work.",
         ),
     ] = False,
     debug: Debug = False,
