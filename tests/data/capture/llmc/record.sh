@@ -43,7 +43,7 @@ capture() { # NAME BINARY
   rm -f layout-out.json
   local t0 t1
   t0=$(date +%s%N)
-  timeout 90 egf-audit capture --out "$work/cap/$1" --layout layout-out.json -- \
+  timeout 45 egf-audit capture --out "$work/cap/$1" --layout layout-out.json -- \
     sh -c 'cp layout.json layout-out.json && exec "$0" "$@"' "$2" "${args[@]}" >"$work/$1.stdout"
   local rc=$?
   echo "capture $1: exit $rc"

@@ -41,7 +41,7 @@ capture() { # NAME, then the command (which writes $layout)
   local name="$1"
   shift
   rm -f "$layout"
-  timeout 90 egf-audit capture --out "$work/cap/$name" --layout "$layout" -- "$@"
+  timeout 45 egf-audit capture --out "$work/cap/$name" --layout "$layout" -- "$@"
   local rc=$?
   echo "capture $name: exit $rc"
   [ "$rc" = 124 ] && { echo "capture $name hung: stopping"; exit 124; }
