@@ -124,9 +124,12 @@ INVARIANT = Invariant(
     ),
     how=(
         "Observed, never declared. Instrumented mode keeps a copy of every buffer and, after "
-        "each launch, compares every buffer with it bit for bit outside the launch's declared "
-        "write regions (inside the same allocation too), then brings the copy up to date; the "
-        "first change is reported with its buffer, element, tensor and bits. Every allocation "
+        "each launch, compares every buffer the launch can reach with it bit for bit outside "
+        "the launch's declared write regions (inside the same allocation too), then brings the "
+        "copy up to date: on the CPU every buffer; on the GPU, in stream order, the buffers the "
+        "pointers of egf-audit's own code land in, and every buffer for a kernel it does not "
+        "ship; the first change is reported with its buffer, element, tensor and bits. Every "
+        "allocation "
         "sits between guard zones of canary values, checked after each kernel. Every kernel "
         "egf-audit does not ship (a --kernels source, a fault's patch) runs in a worker "
         "process: on the CPU one forked on the same shared memory, each buffer inside 8 GiB of "
