@@ -209,8 +209,8 @@ def compare_many(items: list[Compared]) -> list[TensorCheck]:
             nan = values.isnan()
             top = torch.zeros(len(whole), dtype=torch.float64, device=values.device)
             top = top.scatter_reduce(0, segment, values.masked_fill(nan, 0.0), "amax")
-            hit = torch.zeros(len(whole), dtype=torch.bool, device=values.device)
-            return top.masked_fill(hit.scatter_reduce(0, segment, nan, "amax"), torch.nan)
+            hit = torch.zeros_like(top).scatter_reduce(0, segment, nan.double(), "amax")
+            return top.masked_fill(hit > 0, torch.nan)
 
         max_ref, max_err = torch.stack([largest(refs.abs()), largest((gots - refs).abs())]).tolist()
         for j, i in enumerate(whole):
