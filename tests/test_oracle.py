@@ -281,3 +281,25 @@ def test_evidence_numbers_are_json_safe():
 
 
 # ---- independence ----
+
+
+def test_many_tensors_compared_at_once_as_one_by_one():
+    """compare_many takes the same maxima as compare, NaN and the odd cases included."""
+    ref = torch.tensor([[1.0, -2.0], [3.0, 4.0]], dtype=torch.float64)
+    close = (ref + 1e-9).float()
+    nan_got = close.clone()
+    nan_got[0, 1] = float("nan")
+    nan_ref = ref.clone()
+    nan_ref[1, 0] = float("nan")
+    items = [
+        ("a", "grad", ref, close),
+        ("b", "grad", ref, nan_got),
+        ("c", "adam_v", nan_ref, close),
+        ("d", "param", ref, None),
+        ("e", "param", ref, close.reshape(4, 1)),
+        ("f", "grad", torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, 3)),
+        ("g", "target", ref * 1e3, (ref * 1e3 + 1.0).float()),
+    ]
+    together = oracle.compare_many(items)
+    assert [repr(c) for c in together] == [repr(oracle.compare(*i)) for i in items]
+    assert [c.ok for c in together] == [True, False, False, False, False, True, False]
