@@ -43,6 +43,7 @@ ROLES = {
     "egf_audit": "the version",
     "errors": "error kinds, exit codes",
     "invariant_text": "the invariants' texts, read from source",
+    "small_files": "a --config or settings file read without blocking",
 }
 
 

@@ -113,7 +113,7 @@ def test_a_bad_table_is_one_line_and_exit_2(workdir, text, said):
 
 def test_an_oversized_settings_file_is_refused_unread(workdir):
     (workdir / "egf-audit.toml").write_bytes(b"#" * (MAX_SETTINGS_BYTES + 1))
-    with pytest.raises(UsageError, match="a settings file may have at most"):
+    with pytest.raises(UsageError, match="a settings file may hold at most"):
         find_settings(workdir)
 
 
@@ -127,7 +127,8 @@ def test_a_fifo_as_settings_file_is_refused_without_blocking(workdir):
         timeout=60,
     )
     assert done.returncode == 2
-    assert "not a regular file" in done.stderr and done.stderr.count("\n") == 1
+    assert "is a FIFO (named pipe), not a regular file" in done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 # ---- what `run` does with it (recorded audit: fast) ----

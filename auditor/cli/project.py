@@ -22,7 +22,6 @@ Command-line options override the table; `--isolated` ignores it. Reading import
 from __future__ import annotations
 
 import os
-import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +30,11 @@ from typing import Any, overload
 import typer
 
 from egf_audit.errors import UsageError
+from egf_audit.small_files import MAX_BYTES, read_small_text
 
 TABLE = "tool.egf-audit"
 OWN_FILE = "egf-audit.toml"
-# a settings file is a few lines; anything larger (or not a regular file: a FIFO would block the
-# read forever) is refused before it is read
-MAX_SETTINGS_BYTES = 1 << 20
+MAX_SETTINGS_BYTES = MAX_BYTES  # refused unread beyond it, as a FIFO or a device is
 PATH_KEYS = ("kernels", "config", "out", "capture")
 TEXT_KEYS = ("preset", "device")
 DEVICES = ("auto", "cuda", "cpu")
@@ -119,23 +117,9 @@ def find_settings(start: Path | None = None, isolated: bool = False) -> ProjectS
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    text = read_small_text(path, "settings file", limit=MAX_SETTINGS_BYTES)
     try:
-        info = path.stat()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise UsageError(f"{path}: not a regular file (a settings file must be one)")
-    if info.st_size > MAX_SETTINGS_BYTES:
-        raise UsageError(
-            f"{path}: {info.st_size} bytes; a settings file may have at most {MAX_SETTINGS_BYTES}"
-        )
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.loads(handle.read(MAX_SETTINGS_BYTES + 1).decode("utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
 

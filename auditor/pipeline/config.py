@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +27,7 @@ from egf_audit.pipeline import memory_need
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.config_view import ConfigDict
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, POLYAK_TAU
+from egf_audit.small_files import read_small_text
 
 MAX_DIM = 1 << 20
 # The kernels index with 32-bit ints (the ABI's rows, ld, sh2 are `int`): every element a
@@ -324,52 +323,6 @@ def load_config(
 
 
 def read_config_text(path: Path) -> str:
-    """The text of a config file, refused unless it is a regular file of at most
-    MAX_CONFIG_BYTES, and never read blocking: a FIFO would hold the gate forever, a device
-    such as /dev/zero would fill the memory. The type is checked before the open and again on
-    the open file (the path may have changed in between), and the open does not block."""
-    try:
-        _check_regular(path, os.stat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "rb") as file:
-            _check_regular(path, os.fstat(file.fileno()))
-            data = file.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:  # it grew after the check
-        raise ConfigError(_too_large(path, len(data)))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path} is not UTF-8 text: {exc.reason}") from None
-
-
-_NOT_REGULAR = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _check_regular(path: Path, status: os.stat_result) -> None:
-    if not stat.S_ISREG(status.st_mode):
-        kind = next(
-            (words for test, words in _NOT_REGULAR if test(status.st_mode)), "a special file"
-        )
-        raise ConfigError(f"config file {path} is {kind}, not a regular file")
-    if status.st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(_too_large(path, status.st_size))
-
-
-def _too_large(path: Path, size: int) -> str:
-    return (
-        f"config file {path} holds {size} bytes or more; a config file may hold at most "
-        f"{MAX_CONFIG_BYTES} bytes ({MAX_CONFIG_BYTES >> 20} MiB)"
-    )
+    """The text of a config file: a regular file of at most MAX_CONFIG_BYTES, never read
+    blocking (egf_audit.small_files)."""
+    return read_small_text(path, "config file", ConfigError, MAX_CONFIG_BYTES)
