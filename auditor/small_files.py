@@ -49,13 +49,20 @@ def read_small_text(
         raise error(f"{what} {path} is not UTF-8 text: {exc.reason}") from None
 
 
+def not_regular(mode: int) -> str | None:
+    """What a file of this mode is when it is no regular file ("a FIFO (named pipe)"), else
+    None. Every reader of a user-named file (this module, the capture folder's reader) words it
+    the same way."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((words for test, words in _NOT_REGULAR if test(mode)), "a special file")
+
+
 def _check_regular(
     path: Path, status: os.stat_result, what: str, error: type[UsageError], limit: int
 ) -> None:
-    if not stat.S_ISREG(status.st_mode):
-        kind = next(
-            (words for test, words in _NOT_REGULAR if test(status.st_mode)), "a special file"
-        )
+    kind = not_regular(status.st_mode)
+    if kind is not None:
         raise error(f"{what} {path} is {kind}, not a regular file")
     if status.st_size > limit:
         raise error(_too_large(path, status.st_size, what, limit))

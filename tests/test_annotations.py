@@ -43,6 +43,16 @@ def trainer_repo(root: Path) -> Path:
     return folder
 
 
+def pull_request_run(root: Path, monkeypatch):
+    """`egf-audit run` as GitHub runs it on a pull request into main; it must fail."""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_BASE_REF", "main")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(root / "summary.md"))
+    result = invoke("run", "--quiet")
+    assert result.exit_code == 1
+    return result
+
+
 def errors(stdout: str, title: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith(f"::error title={title}")]
 
@@ -66,11 +76,7 @@ def test_a_stride_bug_is_annotated_on_the_changed_lines(workdir, monkeypatch):
     assert note is None
     spans = hunks[(folder / ACCUMULATE).resolve()]
     assert spans  # the diff really has lines
-    monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    monkeypatch.setenv("GITHUB_BASE_REF", "main")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "summary.md"))
-    result = invoke("run", "--quiet")
-    assert result.exit_code == 1
+    result = pull_request_run(workdir, monkeypatch)
     found = errors(result.stdout, "EGF007")
     assert found
     first, last = spans[0]
@@ -107,11 +113,7 @@ def test_an_oracle_disagreement_names_the_kernel_that_wrote_the_tensor(workdir, 
     wrong = text.replace("(1.0f - beta1) * g;", "(1.0f - beta2) * g;")
     assert wrong != text
     (folder / ADAM).write_text(wrong)
-    monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    monkeypatch.setenv("GITHUB_BASE_REF", "main")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "summary.md"))
-    result = invoke("run", "--quiet")
-    assert result.exit_code == 1
+    result = pull_request_run(workdir, monkeypatch)
     found = errors(result.stdout, "EGF010")
     assert found
     line = next(i for i, l in enumerate(wrong.splitlines(), 1) if "beta2) * g;" in l)

@@ -513,20 +513,20 @@ def test_records_keep_no_cublas_log_text(cap):
 def test_an_events_fifo_is_refused_without_blocking(plain, deadline):
     plain.path.unlink()
     os.mkfifo(plain.path)
-    refused(plain.folder, rf"^{re.escape(PLAIN_EVENTS)}: a FIFO, not a regular file$")
+    refused(plain.folder, rf"^{re.escape(PLAIN_EVENTS)}: a FIFO [(]named pipe[)], not a regular file$")
 
 
 def test_a_snapshots_fifo_is_refused_without_blocking(plain, deadline):
     snaps = plain.folder / PLAIN_SNAPSHOTS
     snaps.unlink()
     os.mkfifo(snaps)
-    refused(plain.folder, rf"^{re.escape(PLAIN_SNAPSHOTS)}: a FIFO, not a regular file$")
+    refused(plain.folder, rf"^{re.escape(PLAIN_SNAPSHOTS)}: a FIFO [(]named pipe[)], not a regular file$")
 
 
 def test_a_manifest_fifo_is_refused_without_blocking(cap, deadline):
     (cap.folder / "manifest.json").unlink()
     os.mkfifo(cap.folder / "manifest.json")
-    with pytest.raises(UsageError, match=r"^manifest[.]json: a FIFO, not a regular file$"):
+    with pytest.raises(UsageError, match=r"^manifest[.]json: a FIFO [(]named pipe[)], not a regular file$"):
         read_manifest(cap.folder)
 
 
@@ -656,7 +656,7 @@ def test_the_cli_refuses_a_missing_key(cap, tmp_path):
 def test_the_cli_refuses_an_events_fifo(plain, tmp_path, deadline):
     plain.path.unlink()
     os.mkfifo(plain.path)
-    _cli_refuses(plain.folder, tmp_path, f"{PLAIN_EVENTS}: a FIFO, not a regular file")
+    _cli_refuses(plain.folder, tmp_path, f"{PLAIN_EVENTS}: a FIFO (named pipe), not a regular file")
 
 
 def test_the_cli_refuses_an_undecoded_abi_launch(cap, tmp_path):

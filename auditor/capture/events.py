@@ -33,7 +33,6 @@ import json
 import mmap
 import os
 import re
-import stat
 import struct
 import sys
 import zlib
@@ -55,6 +54,7 @@ from egf_audit.runtime.contract import (
     SCALE_KERNEL,
 )
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
+from egf_audit.small_files import not_regular
 
 from .gemms import classic_gemm, lt_gemm
 
@@ -453,20 +453,10 @@ def _inside_classic_call(last: Record | None, lt: dict[str, Any]) -> bool:
 
 # ---- files ----
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
 
 def _not_regular(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((words for test, words in _KINDS if test(mode)), "no regular file")
-    return f"{kind}, not a regular file"
+    kind = not_regular(mode)
+    return None if kind is None else f"{kind}, not a regular file"
 
 
 def _stat(path: Path) -> os.stat_result | None:
