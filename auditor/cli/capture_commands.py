@@ -16,7 +16,7 @@ from pathlib import Path
 from egf_audit import __version__
 from egf_audit.capture.audit import CaptureAudit, ProcessAudit, audit_capture
 from egf_audit.cli.commands import Deliveries, RunOutcome, deliver, document_gate
-from egf_audit.cli.outputs import STDOUT, check_distinct, is_stdout
+from egf_audit.cli.outputs import check_distinct, gate_outputs, is_stdout
 from egf_audit.cli.paths import document_base, shown
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS, Result
@@ -43,14 +43,9 @@ class CaptureRequest:
         return self.root or document_base(self.out)
 
     def outputs(self) -> dict[str, Path | str | None]:
-        stdout_format = None if self.output_format in ("text", "github") else STDOUT
-        return {
-            "--out": self.out,
-            "--json": self.json_out,
-            "--junit": self.junit_out,
-            "--trace": self.trace_out,
-            f"--output-format {self.output_format}": stdout_format,
-        }
+        return gate_outputs(
+            self.out, self.json_out, self.junit_out, self.trace_out, self.output_format
+        )
 
     def command(self) -> str:
         """The document's own command: the capture folder named by its role, never by where

@@ -24,7 +24,7 @@ from egf_audit import __version__, invariants
 from egf_audit.cli import sanitize
 from egf_audit.cli import witness as witness_run
 from egf_audit.cli.changed_lines import base_ref, changed_hunks
-from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct
+from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct, gate_outputs
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
@@ -85,14 +85,9 @@ class RunRequest:
 
     def outputs(self) -> dict[str, Path | str | None]:
         """Every path the run writes (or, with --check, reads), by option."""
-        stdout_format = None if self.output_format in ("text", "github") else STDOUT
-        return {
-            "--out": self.out,
-            "--json": self.json_out,
-            "--junit": self.junit_out,
-            "--trace": self.trace_out,
-            f"--output-format {self.output_format}": stdout_format,
-        }
+        return gate_outputs(
+            self.out, self.json_out, self.junit_out, self.trace_out, self.output_format
+        )
 
 
 @dataclass

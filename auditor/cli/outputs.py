@@ -27,6 +27,25 @@ def _identity(path: Path | str) -> str:
     return STDOUT if is_stdout(path) else os.path.realpath(path)
 
 
+def gate_outputs(
+    out: Path,
+    json_out: Path | None,
+    junit_out: Path | None,
+    trace_out: Path | None,
+    output_format: str,
+) -> dict[str, Path | str | None]:
+    """Every path a gate run writes (or, with --check, reads), by option; what
+    --output-format puts on stdout counts as the path `-`."""
+    stdout_format = None if output_format in ("text", "github") else STDOUT
+    return {
+        "--out": out,
+        "--json": json_out,
+        "--junit": junit_out,
+        "--trace": trace_out,
+        f"--output-format {output_format}": stdout_format,
+    }
+
+
 def check_distinct(outputs: dict[str, Path | str | None]) -> None:
     """`outputs` maps an option name to its path (None: not asked for). Raises UsageError when
     two of them name one file."""
