@@ -48,6 +48,7 @@ KEYS = {
     "exit": ("ev", "seq", "tid", "pid"),
 }
 KIND_KEYS = [(kind, key) for kind, keys in KEYS.items() for key in keys]
+FIFO_REFUSED = r"a FIFO [(]named pipe[)], not a regular file$"  # as small_files words it
 
 
 # ---- building hostile captures ----
@@ -513,20 +514,20 @@ def test_records_keep_no_cublas_log_text(cap):
 def test_an_events_fifo_is_refused_without_blocking(plain, deadline):
     plain.path.unlink()
     os.mkfifo(plain.path)
-    refused(plain.folder, rf"^{re.escape(PLAIN_EVENTS)}: a FIFO [(]named pipe[)], not a regular file$")
+    refused(plain.folder, rf"^{re.escape(PLAIN_EVENTS)}: {FIFO_REFUSED}")
 
 
 def test_a_snapshots_fifo_is_refused_without_blocking(plain, deadline):
     snaps = plain.folder / PLAIN_SNAPSHOTS
     snaps.unlink()
     os.mkfifo(snaps)
-    refused(plain.folder, rf"^{re.escape(PLAIN_SNAPSHOTS)}: a FIFO [(]named pipe[)], not a regular file$")
+    refused(plain.folder, rf"^{re.escape(PLAIN_SNAPSHOTS)}: {FIFO_REFUSED}")
 
 
 def test_a_manifest_fifo_is_refused_without_blocking(cap, deadline):
     (cap.folder / "manifest.json").unlink()
     os.mkfifo(cap.folder / "manifest.json")
-    with pytest.raises(UsageError, match=r"^manifest[.]json: a FIFO [(]named pipe[)], not a regular file$"):
+    with pytest.raises(UsageError, match=rf"^manifest[.]json: {FIFO_REFUSED}"):
         read_manifest(cap.folder)
 
 
