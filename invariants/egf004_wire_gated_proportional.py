@@ -3,9 +3,10 @@ and only it, by the gate: fl(alpha * g) bit for bit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Required
+from typing import TYPE_CHECKING, Required, overload
 
 import numpy as np
+import torch
 
 from egf_audit.invariants.capture_common import (
     all_values,
@@ -17,9 +18,7 @@ from egf_audit.invariants.capture_common import (
 from egf_audit.invariants.common import (
     alpha_at,
     bit_mismatch,
-    first_index,
     gated_traces,
-    hex_bits,
     json_float,
     steps,
 )
@@ -34,6 +33,7 @@ from egf_audit.invariants.registry import (
     passed,
     undecided,
 )
+from egf_audit.oracle.inputs import StepSnapshots, device
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD_FULL,
     AFTER_INJECT,
@@ -66,53 +66,67 @@ class NotGated(SiteFinding, total=False):
     columns_touched: list[int]
 
 
-def gated(alpha: np.float32, g: np.ndarray) -> np.ndarray:
+@overload
+def gated(alpha: np.float32, g: np.ndarray) -> np.ndarray: ...
+@overload
+def gated(alpha: np.float32, g: torch.Tensor) -> torch.Tensor: ...
+def gated(alpha: np.float32, g: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """What the scale must leave in the wire: one fp32 multiply, exactly what the kernel
-    computes (the rebuild and the capture compare bits with this)."""
+    computes (the rebuild and the capture compare bits with this). Arrays give an array (a
+    capture's values), tensors a tensor on their device (the rebuild's snapshots)."""
+    if isinstance(g, torch.Tensor):
+        factor = torch.tensor(float(np.float32(alpha)), dtype=torch.float32, device=g.device)
+        return factor * g.to(torch.float32)
     return np.float32(alpha) * np.asarray(g, dtype=np.float32)
 
 
-def _upstream(trace: Trace, step: int, site: str) -> np.ndarray:
+def _upstream(snaps: StepSnapshots, site: str) -> torch.Tensor:
     """The dX the scale starts from: after an audit injection if there was one, else as
     backward_full left it."""
     try:
-        return trace.snapshot(step, site_checkpoint(site, AFTER_INJECT), DIR_DX)
+        return snaps.array(site_checkpoint(site, AFTER_INJECT), DIR_DX)
     except Missing:
-        return trace.snapshot(step, site_checkpoint(site, AFTER_BACKWARD_FULL), DIR_DX)
+        return snaps.array(site_checkpoint(site, AFTER_BACKWARD_FULL), DIR_DX)
+
+
+def _bits(value: torch.Tensor) -> str:
+    """common.hex_bits of one fp32 element, read as its bits."""
+    return f"0x{int(value.view(torch.int32)) & 0xFFFFFFFF:08x}"
 
 
 def _site_findings(
-    trace: Trace, step: int, site: str, sh2: int, alpha: np.float32
+    trace: Trace, snaps: StepSnapshots, site: str, sh2: int, alpha: np.float32
 ) -> NotGated | None:
+    """On the oracle's device, where the snapshots were copied."""
     found: NotGated = {
         "scenario": trace.scenario,
-        "step": step,
+        "step": snaps.step,
         "site": site,
         "alpha": json_float(alpha),
         "problems": [],
     }
-    upstream = _upstream(trace, step, site)
-    scaled = trace.snapshot(step, site_checkpoint(site, AFTER_SCALE), DIR_DX)
+    upstream = _upstream(snaps, site)
+    scaled = snaps.array(site_checkpoint(site, AFTER_SCALE), DIR_DX)
     g = upstream[:, sh2]
     expected = gated(alpha, g)
-    wrong = bit_mismatch(scaled[:, sh2], expected)
-    if wrong.any():
-        row = first_index(wrong)[0]
+    wrong = scaled[:, sh2].view(torch.int32) != expected.view(torch.int32)
+    touched = scaled[:, :sh2].view(torch.int32) != upstream[:, :sh2].view(torch.int32)
+    if bool(wrong.any()):
+        row = int(wrong.int().argmax())
         found["problems"].append(f"wire column {sh2} is not fl(alpha * g)")
         found |= {
             "rows_wrong": int(wrong.sum()),
-            "rows": int(g.size),
+            "rows": int(g.numel()),
             "first_row": row,
-            "g": json_float(g[row]),
-            "expected_bits": hex_bits(expected[row]),
-            "got_bits": hex_bits(scaled[row, sh2]),
+            "g": json_float(float(g[row])),
+            "expected_bits": _bits(expected[row]),
+            "got_bits": _bits(scaled[row, sh2]),
         }
-    touched = bit_mismatch(scaled[:, :sh2], upstream[:, :sh2])
-    if touched.any():
+    if bool(touched.any()):
         found["problems"].append(f"the scale changed columns [0, {sh2})")
         found |= {
             "elements_touched": int(touched.sum()),
-            "columns_touched": sorted({int(c) for c in np.nonzero(touched)[1]}),
+            "columns_touched": torch.nonzero(touched.any(dim=0)).flatten().tolist(),
         }
     return found if found["problems"] else None
 
@@ -127,8 +141,9 @@ def check(run: AuditRun, mode: str) -> Verdict:
             if not 0.0 < alpha <= 1.0:  # NaN fails this too
                 continue
             checked.append(f"{trace.scenario}@{step}")
+            snaps = StepSnapshots(trace, step, device())
             for site in SITES:
-                found = _site_findings(trace, step, site, sh2, alpha)
+                found = _site_findings(trace, snaps, site, sh2, alpha)
                 if found is not None:
                     findings.append(found)
     evidence = {"gated_steps": checked}

@@ -25,12 +25,16 @@ inline unsigned long long atomicMin(unsigned long long* a, unsigned long long v)
   unsigned long long old = *a; if (v < old) *a = v; return old; }
 inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
   unsigned long long old = *a; *a = old + v; return old; }
+inline unsigned int atomicAdd(unsigned int* a, unsigned int v) {
+  unsigned int old = *a; *a = old + v; return old; }
+inline unsigned int atomicMax(unsigned int* a, unsigned int v) {
+  unsigned int old = *a; if (v > old) *a = v; return old; }
 """
 LAUNCHER = r"""
 extern "C" void egf_run(unsigned int blocks, const long long* tasks, int n_tasks,
     const long long* boxes, unsigned long long* slots, long long slot_base,
     const unsigned long long* zones, int n_zones, int zone_len, unsigned int canary,
-    unsigned long long* breaches, unsigned long long* n_breaches, long long cap, long long launch) {
+    unsigned int* zone_counts) {
   gridDim = {blocks, 1, 1};
   blockDim = {256, 1, 1};
   for (unsigned int b = 0; b < blocks; ++b) {
@@ -38,12 +42,11 @@ extern "C" void egf_run(unsigned int blocks, const long long* tasks, int n_tasks
     for (unsigned int t = 0; t < 256; ++t) {
       threadIdx = {t, 0, 0};
       egf_observe(tasks, n_tasks, boxes, slots, slot_base, zones, n_zones, zone_len, canary,
-                  breaches, n_breaches, cap, launch);
+                  zone_counts);
     }
   }
 }
 """
-CAP = 64
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +64,7 @@ def kernel(tmp_path_factory):
     run = ctypes.CDLL(str(lib)).egf_run
     run.restype = None
     u64, ll, i = ctypes.c_uint64, ctypes.c_longlong, ctypes.c_int
-    run.argtypes = [ctypes.c_uint, u64, i, u64, u64, ll, u64, i, i, ctypes.c_uint, u64, u64, ll, ll]
+    run.argtypes = [ctypes.c_uint, u64, i, u64, u64, ll, u64, i, i, ctypes.c_uint, u64]
     return run
 
 
@@ -71,28 +74,29 @@ class Device:
     def __init__(self, kernel, slots: int = 16):
         self.kernel = kernel
         self.slots = records.blank_slots(slots)
-        self.breaches = np.zeros((CAP, 4), np.uint64)
-        self.n_breaches = np.zeros(1, np.uint64)
+        self.counters = np.zeros(4096, np.uint32)
         self.queued: list = []
-        self.used = 0
+        self.used = self.counted = 0
 
     def observe(self, reach, memory, exempt, zones=None, bases=()):
         table, tasks = records.plan(reach, memory, exempt)
         zone_ptrs = np.array(zones if zones is not None else [0], np.uint64)
         n_zones = len(zones) if zones is not None else 0
-        blocks = tasks + -(-n_zones // records.THREADS)
+        blocks = tasks + records.zone_blocks(n_zones, GUARD_ELEMENTS)
         boxes = table.ctypes.data + 8 * records.TASK * tasks
         self.kernel(
             blocks, table.ctypes.data, tasks, boxes, self.slots.ctypes.data, self.used,
             zone_ptrs.ctypes.data, n_zones, GUARD_ELEMENTS, CANARY_BITS,
-            self.breaches.ctypes.data, self.n_breaches.ctypes.data, CAP, len(self.queued),
+            self.counters.ctypes.data + 4 * self.counted,
         )  # fmt: skip
-        self.queued.append((self.used, tuple(reach), tuple(bases)))
+        self.queued.append((self.used, tuple(reach), self.counted, tuple(bases)))
         self.used += len(reach)
+        self.counted += 3 * n_zones
 
     def found(self):
-        n = int(self.n_breaches[0])
-        return records.decode(self.slots[: self.used], self.breaches[:n], self.queued)
+        return records.decode(
+            self.slots[: self.used], self.counters[: self.counted], self.queued, GUARD_ELEMENTS
+        )
 
 
 def _memory(pairs):
@@ -230,7 +234,7 @@ def fake_cupy(kernel, types_of_arguments):
         ]
         kernel(gx, *values)
 
-    function = types.SimpleNamespace(ptr=1)
+    function = types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=1))
     runtime = types.SimpleNamespace(
         memcpyDeviceToDevice=3,
         memcpyAsync=lambda dst, src, n, kind, stream: ctypes.memmove(dst, src, n),

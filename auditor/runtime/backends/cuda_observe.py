@@ -31,7 +31,7 @@ from egf_audit.runtime.costs import Costs
 from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
 
 SLOTS = 1 << 16  # (launch, reached allocation) records between two read-backs
-BREACH_CAP = 1 << 16  # breached-zone records between two read-backs
+ZONE_COUNTERS = 1 << 22  # zone counters (three a zone, a set per kernel launch) between them
 
 
 @cache
@@ -55,15 +55,12 @@ class _Call:
         ctypes.c_int,  # n_zones
         ctypes.c_int,  # zone_len
         ctypes.c_uint32,  # canary
-        ctypes.c_uint64,  # breaches
-        ctypes.c_uint64,  # n_breaches
-        ctypes.c_longlong,  # breach_cap
-        ctypes.c_longlong,  # launch
+        ctypes.c_uint64,  # zone_counts
     )
 
     def __init__(self) -> None:
         self._module, function = _function()  # the module must outlive the function
-        self.function = function.ptr
+        self.function = function.kernel.ptr  # RawKernel.kernel: the loaded CUfunction
         self.values = [t() for t in self.TYPES]
         self.block = (ctypes.c_void_p * len(self.values))(
             *(ctypes.addressof(v) for v in self.values)
@@ -130,23 +127,19 @@ class StreamObserver:
             shadows = {p: b.copy() for p, b in buffers.items()}
             self._blank = cupy.asarray(records.blank_slots(SLOTS))
             self._slots = self._blank.copy()
-            self._breaches = cupy.zeros((BREACH_CAP, 4), np.uint64)
-            self._n_breaches = cupy.zeros(1, np.uint64)
+            self._counters = cupy.zeros(ZONE_COUNTERS, np.uint32)
         self._shadows = shadows  # kept alive: the plans hold their addresses
         self._memory = {p: (b.data.ptr, shadows[p].data.ptr, b.size) for p, b in buffers.items()}
         self._call = _Call()
         # the addresses every launch passes, read once
         self._slots_at = int(self._slots.data.ptr)
-        self._breach_args = (
-            int(self._breaches.data.ptr),
-            int(self._n_breaches.data.ptr),
-            BREACH_CAP,
-        )
+        self._counters_at = int(self._counters.data.ptr)
         self._plans: dict[object, _Plan] = {}
-        # launches queued since the last read-back: (first slot, reach, zone table or None)
-        self._queued: list[tuple[int, tuple[int, ...], ZoneTable | None]] = []
+        # launches queued since the last read-back: (first slot, reach, first zone counter,
+        # zone table or None)
+        self._queued: list[tuple[int, tuple[int, ...], int, ZoneTable | None]] = []
         self._slots_used = 0
-        self._breach_room = BREACH_CAP
+        self._counters_used = 0
         self._found: list[tuple[list[StrayFound], list[BreachFound]]] = []
 
     def _plan(self, key: object, kind: str, name: str, reach: Sequence[int], exempt: dict) -> _Plan:
@@ -174,13 +167,16 @@ class StreamObserver:
         plan = self._plan(key, kind, name, reach, exempt)
         zones = self._zones() if kind == "kernel" else None
         n_zones = zones.count if zones else 0
-        if self._slots_used + len(plan.reach) > SLOTS or n_zones > self._breach_room:
+        if self._slots_used + len(plan.reach) > SLOTS or (
+            self._counters_used + 3 * n_zones > ZONE_COUNTERS
+        ):
             self._read_back()
         stream = self._stream()
-        table = plan.address
+        counters = self._counters_at + 4 * self._counters_used
         head = (plan.boxes, self._slots_at, self._slots_used, zones.address if zones else 0)
-        tail = (GUARD_ELEMENTS, CANARY_BITS, *self._breach_args, len(self._queued))
-        zone_blocks = -(-n_zones // records.THREADS)
+        tail = (GUARD_ELEMENTS, CANARY_BITS, counters)
+        zone_blocks = records.zone_blocks(n_zones, GUARD_ELEMENTS)
+        table = plan.address
         if costs is None:
             if plan.tasks + zone_blocks:
                 blocks = plan.tasks + zone_blocks
@@ -198,9 +194,9 @@ class StreamObserver:
                     stream.synchronize,
                     lambda: self._call(zone_blocks, stream.ptr, table, 0, *head, n_zones, *tail),
                 )
-        self._queued.append((self._slots_used, plan.reach, zones))
+        self._queued.append((self._slots_used, plan.reach, self._counters_used, zones))
         self._slots_used += len(plan.reach)
-        self._breach_room -= n_zones
+        self._counters_used += 3 * n_zones
 
     def collect(self) -> list[tuple[list[StrayFound], list[BreachFound]]]:
         self._read_back()
@@ -212,26 +208,22 @@ class StreamObserver:
         if not self._queued:
             return
         stream = self._stream()
-        used = self._slots_used
+        used, counted = self._slots_used, self._counters_used
         with stream:
             stream.synchronize()
             slots = cupy.asnumpy(self._slots[:used]) if used else np.zeros((0, 3), np.uint64)
-            n = int(cupy.asnumpy(self._n_breaches)[0])
-            if n > BREACH_CAP:  # the room kept above rules this out: never lose a record
-                raise RuntimeError(f"{n} guard-zone breaches overflowed {BREACH_CAP} records")
-            breaches = cupy.asnumpy(self._breaches[:n]) if n else np.zeros((0, 4), np.uint64)
+            counters = cupy.asnumpy(self._counters[:counted]) if counted else np.zeros(0, np.uint32)
             if used:
                 cupy.cuda.runtime.memcpyAsync(
-                    self._slots.data.ptr,
-                    self._blank.data.ptr,
+                    self._slots_at,
+                    int(self._blank.data.ptr),
                     used * records.SLOT * 8,
                     cupy.cuda.runtime.memcpyDeviceToDevice,
                     stream.ptr,
                 )
-            if n:
-                cupy.cuda.runtime.memsetAsync(self._n_breaches.data.ptr, 0, 8, stream.ptr)
-        queued = [(first, reach, z.bases if z else ()) for first, reach, z in self._queued]
-        self._found += records.decode(slots, breaches, queued)
+            if counted:
+                cupy.cuda.runtime.memsetAsync(self._counters_at, 0, counted * 4, stream.ptr)
+        queued = [(s, reach, c, z.bases if z else ()) for s, reach, c, z in self._queued]
+        self._found += records.decode(slots, counters, queued, GUARD_ELEMENTS)
         self._queued = []
-        self._slots_used = 0
-        self._breach_room = BREACH_CAP
+        self._slots_used = self._counters_used = 0

@@ -9,7 +9,9 @@ A launch's comparison is a table of tasks, one block each, then the exempt boxes
 `whole` = 1 when a box the launch may write covers the allocation: only the shadow is then
 refreshed. Per (launch, reached allocation) a slot of three numbers collects the first changed
 element outside the boxes as (index << 32 | old bits), the same with the new bits, and the
-count. Each breached guard zone appends (launch, zone, distance, count).
+count. Per (kernel launch, guard zone) three counters collect how many canaries changed, the
+largest `zone_len - j` and the largest `j + 1` over the changed ones j (so zero-filled counters
+need no other start value): the first and the last changed canary.
 """
 
 from __future__ import annotations
@@ -56,15 +58,14 @@ __device__ __forceinline__ void egf_changed(long long j, egf_u32 now, egf_u32 be
 
 // Blocks [0, n_tasks) compare one chunk of one allocation each. A task is eight numbers:
 // {whole, live, shadow, begin, end, slot, first box, boxes}; whole = 1: the launch may write all
-// of it, so only the shadow is refreshed. The blocks after them scan the guard zones, a thread
-// a zone (zones[2i] is in front of allocation i, zones[2i + 1] behind it), restore the changed
-// canaries and append (launch, zone, distance, count) to `breaches`.
+// of it, so only the shadow is refreshed. The blocks after them scan the guard zones, a thread a
+// canary (zones[2i] is in front of allocation i, zones[2i + 1] behind it): a changed one is
+// restored and counted in the zone's three counters at `zone_counts` (count, largest
+// zone_len - j, largest j + 1).
 extern "C" __global__ void egf_observe(const long long* tasks, int n_tasks,
                                        const long long* boxes, egf_u64* slots,
                                        long long slot_base, const egf_u64* zones, int n_zones,
-                                       int zone_len, egf_u32 canary, egf_u64* breaches,
-                                       egf_u64* n_breaches, long long breach_cap,
-                                       long long launch) {
+                                       int zone_len, egf_u32 canary, egf_u32* zone_counts) {
   if ((long long)blockIdx.x < n_tasks) {
     const long long* t = tasks + 8 * (long long)blockIdx.x;
     bool whole = t[0] == 1;
@@ -95,25 +96,17 @@ extern "C" __global__ void egf_observe(const long long* tasks, int n_tasks,
     }
     return;
   }
-  long long z = ((long long)blockIdx.x - n_tasks) * blockDim.x + threadIdx.x;
-  if (z >= n_zones) return;
+  long long t = ((long long)blockIdx.x - n_tasks) * blockDim.x + threadIdx.x;
+  if (t >= (long long)n_zones * zone_len) return;
+  long long z = t / zone_len;
+  int j = (int)(t % zone_len);
   egf_u32* zone = (egf_u32*)zones[z];
-  long long count = 0, lo = -1, hi = -1;
-  for (int j = 0; j < zone_len; ++j) {
-    if (zone[j] == canary) continue;
-    if (lo < 0) lo = j;
-    hi = j;
-    ++count;
-    zone[j] = canary;
-  }
-  if (count == 0) return;
-  egf_u64 k = atomicAdd(n_breaches, 1ull);
-  if (k >= (egf_u64)breach_cap) return;  // counted: the host fails on a lost record
-  egf_u64* e = breaches + 4 * k;
-  e[0] = (egf_u64)launch;
-  e[1] = (egf_u64)z;
-  e[2] = (z & 1) ? (egf_u64)(lo + 1) : (egf_u64)(zone_len - hi);
-  e[3] = (egf_u64)count;
+  if (zone[j] == canary) return;
+  zone[j] = canary;
+  egf_u32* counts = zone_counts + 3 * z;
+  atomicAdd(counts, 1u);
+  atomicMax(counts + 1, (egf_u32)(zone_len - j));
+  atomicMax(counts + 2, (egf_u32)(j + 1));
 }
 """
 THREADS = 256
@@ -162,26 +155,38 @@ def blank_slots(n: int) -> np.ndarray:
     return slots
 
 
+def zone_blocks(zones: int, zone_len: int) -> int:
+    """Blocks the guard-zone scan takes: a thread a canary."""
+    return -(-zones * zone_len // THREADS)
+
+
 def decode(
     slots: np.ndarray,
-    records: np.ndarray,
-    queued: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]],
+    counters: np.ndarray,
+    queued: Sequence[tuple[int, tuple[int, ...], int, tuple[int, ...]]],
+    zone_len: int,
 ) -> list[tuple[list[StrayFound], list[BreachFound]]]:
-    """What each queued launch was seen to do, from the used slots and the breach records.
-    `queued`: per launch (first slot, the allocations it reached, the allocations whose zones
-    its scan covered, () when none). Findings keep slot order and zone order."""
+    """What each queued launch was seen to do, from the used slots and zone counters (uint32).
+    `queued`: per launch (first slot, the allocations it reached, its first zone counter, the
+    allocations whose zones its scan covered, () when none). Findings keep slot order and zone
+    order; a breach's distance is from the buffer's edge to the nearest changed canary."""
     found: list[tuple[list[StrayFound], list[BreachFound]]] = [([], []) for _ in queued]
     firsts = np.array([q[0] for q in queued], np.int64)
     for s in np.flatnonzero(slots[:, 2]) if len(slots) else ():
         q = int(np.searchsorted(firsts, s, side="right")) - 1
-        first, reach, _ = queued[q]
+        first, reach, _, _ = queued[q]
         old_key, new_key, count = (int(v) for v in slots[s])
         found[q][0].append(
             (reach[s - first], old_key >> 32, count, old_key & 0xFFFFFFFF, new_key & 0xFFFFFFFF)
         )
-    # the device appends breaches in whatever order its threads finish: sort them
-    for launch, zone, distance, count in sorted(tuple(int(v) for v in r) for r in records):
-        bases = queued[launch][2]
-        side = "after" if zone % 2 else "before"
-        found[launch][1].append((bases[zone // 2], side, distance, count))
+    for q, (_, _, at, bases) in enumerate(queued):
+        if not bases:
+            continue
+        block = counters[at : at + 3 * 2 * len(bases)].reshape(-1, 3)
+        for zone in np.flatnonzero(block[:, 0]):
+            count, from_end, past_start = (int(v) for v in block[zone])
+            after = zone % 2 == 1
+            # behind the buffer the nearest canary is the first one; in front, the last one
+            distance = zone_len - from_end + 1 if after else zone_len - past_start + 1
+            found[q][1].append((bases[zone // 2], "after" if after else "before", distance, count))
     return found
