@@ -146,7 +146,16 @@ def test_guard_zones_are_scanned_restored_and_reported_in_zone_order(kernel):
     wholes[0][GUARD_ELEMENTS - 1] = 1  # right in front of buffer 0
     device = Device(kernel)
     device.observe([], {}, {}, zones=zones, bases=(100, 200))
-    assert device.found() == [([], [(100, "before", 1, 1), (200, "after", 4, 2)])]
+    device.observe([], {}, {})  # a launch without a scan (an SGEMM)
+    device.observe([], {}, {}, zones=zones, bases=(100, 200))  # all intact again
+    wholes[0][-1] = 5  # the last canary behind buffer 0: 64 elements after it
+    device.observe([], {}, {}, zones=zones, bases=(100, 200))
+    assert device.found() == [
+        ([], [(100, "before", 1, 1), (200, "after", 4, 2)]),
+        ([], []),
+        ([], []),
+        ([], [(100, "after", GUARD_ELEMENTS, 1)]),
+    ]
     assert all((w[:GUARD_ELEMENTS] == CANARY_BITS).all() for w in wholes)
     assert all((w[-GUARD_ELEMENTS:] == CANARY_BITS).all() for w in wholes)
 

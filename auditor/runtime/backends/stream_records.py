@@ -179,14 +179,15 @@ def decode(
         found[q][0].append(
             (reach[s - first], old_key >> 32, count, old_key & 0xFFFFFFFF, new_key & 0xFFFFFFFF)
         )
-    for q, (_, _, at, bases) in enumerate(queued):
-        if not bases:
-            continue
-        block = counters[at : at + 3 * 2 * len(bases)].reshape(-1, 3)
-        for zone in np.flatnonzero(block[:, 0]):
-            count, from_end, past_start = (int(v) for v in block[zone])
-            after = zone % 2 == 1
-            # behind the buffer the nearest canary is the first one; in front, the last one
-            distance = zone_len - from_end + 1 if after else zone_len - past_start + 1
-            found[q][1].append((bases[zone // 2], "after" if after else "before", distance, count))
+    starts = np.array([q[2] for q in queued], np.int64)
+    for hit in np.flatnonzero(counters[0::3]) if len(counters) else ():  # breached zones only
+        q = int(np.searchsorted(starts, 3 * hit, side="right")) - 1
+        while not queued[q][3]:  # a launch without a scan holds no counters: an earlier one
+            q -= 1
+        bases, zone = queued[q][3], int(hit) - queued[q][2] // 3
+        count, from_end, past_start = (int(v) for v in counters[3 * hit : 3 * hit + 3])
+        after = zone % 2 == 1
+        # behind the buffer the nearest canary is the first one; in front, the last one
+        distance = zone_len - from_end + 1 if after else zone_len - past_start + 1
+        found[q][1].append((bases[zone // 2], "after" if after else "before", distance, count))
     return found
