@@ -510,17 +510,18 @@ def test_profile_on_the_cpu_times_the_audit_by_phase_invariant_scenario_and_kind
 def _audit(seconds: list[float], invariants: float):
     from egf_audit.bench.audit_profile import PHASES, AuditProfile
 
-    phases = {p: [0.1] * len(seconds) for p in PHASES}
+    phases = {p: [0.5] * len(seconds) for p in PHASES}
     phases["invariants"] = [invariants] * len(seconds)
     return AuditProfile("cuda", "prod", ["egf-audit", "run"], seconds, phases, {})
 
 
-def test_audit_targets_hold_the_whole_command_and_its_invariants_phase():
+def test_audit_targets_hold_the_audits_phases_and_its_invariants_phase():
     report = _report([])
-    report.audit = _audit([4.0, 6.0, 4.5], invariants=1.2)
+    report.audit = _audit([9.0, 11.0, 9.5], invariants=1.2)  # phases: 4 x 0.5 + 1.2
     got = {t["key"]: t for t in evaluate_targets(report)}
-    assert (got["audit_prod_cuda"]["value"], got["audit_prod_cuda"]["status"]) == (4.5, "met")
-    assert got["audit_prod_cuda"]["margin"] == pytest.approx(0.1)
+    assert got["audit_prod_cuda"]["status"] == "met"
+    assert got["audit_prod_cuda"]["value"] == pytest.approx(3.2)
+    assert got["audit_prod_cuda"]["margin"] == pytest.approx(0.36)
     assert got["audit_prod_invariants"]["status"] == "missed"
     assert got["audit_prod_invariants"]["note"] == "20% outside the bound"
     assert got["audit_ci_cpu"]["status"] == "not measured"  # a CPU bound, on a cuda report

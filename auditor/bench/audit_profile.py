@@ -59,12 +59,20 @@ class AuditProfile:
         values = self.phases.get(name)
         return statistics.median(values) if values else None
 
+    @property
+    def phases_s(self) -> float:
+        """The audit's own work as the run times it (its JSON's phases), each phase's median
+        summed: the whole command less Python's start-up, the imports, the document and the
+        outputs."""
+        return sum(self.phase_s(p) or 0.0 for p in PHASES)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
             "preset": self.preset,
             "argv": self.argv,
             "median_s": self.median_s,
+            "phases_sum_s": self.phases_s,
             "seconds": self.seconds,
             "phases_median_s": {p: self.phase_s(p) for p in self.phases},
             "phases_s": self.phases,
@@ -141,7 +149,8 @@ def tables(p: AuditProfile) -> list[tuple[str, list[str], list[list[str]]]]:
     command = " ".join(p.argv)
     rows = [[n, _s(p.phase_s(n)), _share(p.phase_s(n) or 0.0, p.median_s)] for n in PHASES
             if p.phase_s(n) is not None]  # fmt: skip
-    rest = p.median_s - sum(p.phase_s(n) or 0.0 for n in PHASES)
+    rest = p.median_s - p.phases_s
+    rows += [["the audit's phases together", _s(p.phases_s), _share(p.phases_s, p.median_s)]]
     rows += [[REST, _s(rest), _share(rest, p.median_s)], ["whole command", _s(p.median_s), ""]]
     out = [
         (

@@ -162,9 +162,11 @@ class AuditTarget:
 
 
 AUDIT_TARGETS: tuple[AuditTarget, ...] = (
+    # the audit as its JSON times it (the 11.5 s were that sum); the whole command adds
+    # Python's start-up, the imports, the document and the outputs, shown beside it
     AuditTarget(
-        "audit_prod_cuda", "`egf-audit run --preset prod`, whole command (warm, median)",
-        "cuda", "prod", 5.0, "le", " s", lambda p: p.median_s,
+        "audit_prod_cuda", "`egf-audit run --preset prod`, its phases (warm, medians summed)",
+        "cuda", "prod", 5.0, "le", " s", lambda p: p.phases_s,
     ),
     AuditTarget(
         "audit_prod_invariants", "its invariants phase (median)",
