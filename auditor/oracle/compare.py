@@ -246,12 +246,19 @@ def update_checks(
     if not isinstance(t, int) or t < 1:
         raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
     grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", dims)
-    stepped = {}
-    for name, param in inputs.params.items():
-        m0 = state_like_params(snaps, STEP_START, "adam_m", name, param)
-        v0 = state_like_params(snaps, STEP_START, "adam_v", name, param)
-        stepped[name], m1, v1 = model.adam(param, grads[name], m0, v0, t, hyper)
-        for kind, ref in (("adam_m", m1), ("adam_v", v1)):
+    names = list(inputs.params)
+    m0 = [state_like_params(snaps, STEP_START, "adam_m", n, inputs.params[n]) for n in names]
+    v0 = [state_like_params(snaps, STEP_START, "adam_v", n, inputs.params[n]) for n in names]
+    # Adam is elementwise: one step over every tensor laid end to end is each tensor's step
+    shapes = [inputs.params[n].shape for n in names]
+    joined = model.adam(
+        _joined([inputs.params[n] for n in names]), _joined([grads[n] for n in names]),
+        _joined(m0), _joined(v0), t, hyper,
+    )  # fmt: skip
+    stepped_all, m1, v1 = (_split(x, shapes) for x in joined)
+    stepped = dict(zip(names, stepped_all, strict=True))
+    for i, name in enumerate(names):
+        for kind, ref in (("adam_m", m1[i]), ("adam_v", v1[i])):
             rows.append((name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
 
     u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)))
@@ -259,15 +266,32 @@ def update_checks(
     for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
         rows.append((name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
 
-    for name, ref in stepped.items():
-        after = snaps.optional(BEFORE_POLYAK, "params", name)
-        rows.append((name, "param", ref, after))
-        # Polyak from the pipeline's own post-step params (the reference's where they are
-        # missing) and the pre-step target
-        online = _f64(after) if after is not None and after.shape == ref.shape else ref
-        target = model.polyak(inputs.target_params[name], online, hyper.tau)
+    afters = {name: snaps.optional(BEFORE_POLYAK, "params", name) for name in names}
+    # Polyak from the pipeline's own post-step params (the reference's where they are missing)
+    # and the pre-step target, elementwise like Adam: once over every tensor end to end
+    online = [
+        _f64(a) if (a := afters[n]) is not None and a.shape == stepped[n].shape else stepped[n]
+        for n in names
+    ]
+    shapes = [stepped[n].shape for n in names]
+    targets = _split(
+        model.polyak(_joined([inputs.target_params[n] for n in names]), _joined(online), hyper.tau),
+        shapes,
+    )
+    for name, target in zip(names, targets, strict=True):
+        rows.append((name, "param", stepped[name], afters[name]))
         rows.append((name, "target", target, snaps.optional(STEP_END, "target_params", name)))
     return compare_many(rows)
+
+
+def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([x.reshape(-1) for x in tensors])
+
+
+def _split(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
+    """`flat` cut back into tensors of `shapes`, in order (views)."""
+    sizes = [int(torch.Size(s).numel()) for s in shapes]
+    return [part.reshape(s) for part, s in zip(flat.split(sizes), shapes, strict=True)]
 
 
 # ---- the step ----

@@ -88,8 +88,12 @@ class StepSnapshots:
         buffer: str,
         tensor: str | None = None,
         shape: tuple[int, int] | None = None,
+        flat: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        values = tensor_view(self.trace, self.flat(checkpoint, buffer), buffer, tensor)
+        """One tensor of a snapshot, held to `shape` when given; out of `flat` (the buffer's
+        snapshot already converted, say) when given."""
+        flat = self.flat(checkpoint, buffer) if flat is None else flat
+        values = tensor_view(self.trace, flat, buffer, tensor)
         if shape is not None and tuple(values.shape) != tuple(shape):
             where = f"{buffer}{'.' + tensor if tensor else ''} at {checkpoint} (step {self.step})"
             raise Missing(f"{where} is {list(values.shape)}; the config says {list(shape)}")
@@ -131,8 +135,11 @@ class StepInputs:
 
 
 def read_params(snaps: StepSnapshots, checkpoint: str, buffer: str, dims: DimsView) -> model.Params:
+    """Every parameter tensor of a snapshot in float64: the buffer converted once, each tensor
+    a view of it."""
+    flat = _f64(snaps.flat(checkpoint, buffer))
     return {
-        name: _f64(snaps.array(checkpoint, buffer, name, (rows, cols)))
+        name: snaps.array(checkpoint, buffer, name, (rows, cols), flat=flat)
         for name, rows, cols in param_shapes(dims)
     }
 
