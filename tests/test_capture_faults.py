@@ -184,9 +184,9 @@ STANDIN_RUNS: dict[str, tuple[str | None, int, bool]] = {
 }
 NOT_THE_STANDIN = {
     "not-a-trainer": "a torch matrix product, not the stand-in: there is nothing to emulate",
-    # folders of other programs' captures and the scripts that record them
-    "runtime": "the C++ runtime-launch trainer and GEMM probe (tests/test_capture_runtime.py)",
-    "llmc": "karpathy/llm.c's trainer (tests/test_capture_runtime.py)",
+    # the scripts that record other programs (their README.md): no stand-in in them
+    "runtime": "the C++ runtime-launch trainer's and GEMM probe's recording scripts",
+    "llmc": "the recording scripts of karpathy/llm.c's trainer",
 }
 # CuPy's own kernels the emulation writes (the guard zones' canary fill, a one-element upload):
 # compared with their launch shape and raw parameters
