@@ -37,9 +37,10 @@ wait
 ls -la "$work"
 
 layout="$work/layout.json"
-capture() { # NAME, then the command (which writes $layout)
+capture() { # NAME, then the command (which writes $layout); ONLY="NAME ..." records those alone
   local name="$1"
   shift
+  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && return 0
   rm -f "$layout"
   timeout 45 egf-audit capture --out "$work/cap/$name" --layout "$layout" -- "$@"
   local rc=$?
