@@ -262,8 +262,8 @@ def update_checks(
             rows.append((name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
 
     u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)))
-    stepped["w_b0fc"], u1, v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
-    for name, ref in (("u_b0fc", u1), ("v_b0fc", v1)):
+    stepped["w_b0fc"], sn_u1, sn_v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
+    for name, ref in (("u_b0fc", sn_u1), ("v_b0fc", sn_v1)):
         rows.append((name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
 
     afters = {name: snaps.optional(BEFORE_POLYAK, "params", name) for name in names}
