@@ -61,8 +61,7 @@ class ProjectSettings:
         """The file and table, as a message names them."""
         if self.file is None:
             return "no settings file"
-        where = self.file.name if self.file.name == OWN_FILE else f"[{TABLE}] in {self.file.name}"
-        return where
+        return _where(self.file, self.file.name)
 
     def spelled(self, key: str) -> str:
         """`key` as the user wrote it, for a message: `capture = "c" (egf-audit.toml)`."""
@@ -124,8 +123,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
 
 
+def _where(file: Path, spelled: str) -> str:
+    """A settings file as a message names it: egf-audit.toml by name, a pyproject.toml by its
+    table and `spelled` (its name, or its path where the user must find it)."""
+    return file.name if file.name == OWN_FILE else f"[{TABLE}] in {spelled}"
+
+
 def _settings(file: Path, table: object) -> ProjectSettings:
-    where = file.name if file.name == OWN_FILE else f"[{TABLE}] in {file}"
+    where = _where(file, str(file))
     if not isinstance(table, dict):
         raise UsageError(f"{where}: must be a table of settings")
     known = (*PATH_KEYS, *TEXT_KEYS)
