@@ -59,6 +59,7 @@ static struct {
     long long values_max;  // elements of a region kept as values (the hash covers all)
     unsigned long long seq;
     ParamInfoFn param_info;
+    ParamInfoFn kernel_param_info;  // cuKernelGetParamInfo, with the handle taken as a CUkernel
     CtxSyncFn ctx_sync;
     DtoHFn dtoh;
     IsCapturingFn is_capturing;
@@ -77,6 +78,7 @@ static __thread int tl_inside;      // our own driver calls re-enter the callbac
 static __thread int tl_rt_depth;    // inside a runtime API call
 static __thread int tl_rt_covered;  // a driver event was written inside that runtime call
 static __thread int tl_rt_launch;   // that runtime call is a launch, recorded with its arguments
+static __thread const char *tl_rt_name;  // that runtime call's name (a launch made inside it says)
 
 /* ---- output ---- */
 static void open_files_locked(void) {
@@ -406,9 +408,46 @@ static void write_layout(const char *key, unsigned long long desc) {
     fputc(']', g.events);
 }
 
+// Bytes of a cudaDataType scale (capture/gemms.py's TYPE_BYTES; 0: not read)
+static int scale_bytes(long long type) {
+    switch (type) {
+        case 0: case 6: case 10: case 15: return 4;   // R_32F, R_32F-like ints
+        case 1: case 4: return 8;                      // R_64F, C_32F
+        case 5: return 16;                             // C_64F (its real part is read)
+        case 2: case 7: case 14: return 2;             // R_16F, C_16F, R_16BF
+        default: return 0;
+    }
+}
+
+// alpha and beta of a cublasLtMatmul, from the addresses its API log names: read now from host
+// memory in host pointer mode (the call is in progress; the caller's scalars are alive), from
+// device memory after the context's earlier work in device mode (not under graph capture).
+// An address below one page is not one (the log printed a value, not a pointer): not read.
+static void lt_scalars(const char *msg, long long scale_type, long long mode) {
+    int bytes = scale_bytes(scale_type);
+    size_t n = bytes < 8 ? (size_t)bytes : 8;
+    unsigned long long pa = lt_field(msg, "alpha"), pb = lt_field(msg, "beta"), a = 0, b = 0;
+    if (!n || pa < 4096 || pb < 4096) return;
+    if (mode == 0) {
+        memcpy(&a, (const void *)(uintptr_t)pa, n);
+        memcpy(&b, (const void *)(uintptr_t)pb, n);
+    } else {
+        CUstream stream = (CUstream)(uintptr_t)lt_field(msg, "stream");
+        if (mode != 1 || !device_read(&a, pa, n, stream) || !device_read(&b, pb, n, stream))
+            return;
+    }
+    fprintf(g.events, ",\"alpha_bits\":%llu,\"beta_bits\":%llu", a, b);
+}
+
 static void on_cublaslt_log(int level, const char *function, const char *msg) {
     (void)level;
     if (tl_inside || !function || !msg || strcmp(function, "cublasLtMatmul") != 0) return;
+    static int shown;  // the first call's log line, as a note: what the fields were read from
+    if (!shown++) {
+        char line[512];
+        snprintf(line, sizeof line, "cublasLtMatmul log: %s", msg);
+        note(line);
+    }
     unsigned long long desc = lt_field(msg, "computeDesc");
     if (!begin_event("ltmatmul")) return;
     fprintf(g.events, ",\"a\":%llu,\"b\":%llu,\"c\":%llu,\"d\":%llu", lt_field(msg, "A"),
@@ -419,9 +458,13 @@ static void on_cublaslt_log(int level, const char *function, const char *msg) {
     write_layout("ddesc", lt_field(msg, "Ddesc"));
     // compute type, scale type, pointer mode, transa, transb (MATMUL_DESC attributes 0..4)
     fputs(",\"desc\":[", g.events);
-    for (int attr = 0; attr <= 4; ++attr)
-        fprintf(g.events, "%s%lld", attr ? "," : "", lt_attr(g_lt_desc_get, desc, attr, 4));
+    long long attrs[5];
+    for (int attr = 0; attr <= 4; ++attr) {
+        attrs[attr] = lt_attr(g_lt_desc_get, desc, attr, 4);
+        fprintf(g.events, "%s%lld", attr ? "," : "", attrs[attr]);
+    }
     fputc(']', g.events);
+    lt_scalars(msg, attrs[1], attrs[2]);
     end_event();
 }
 
@@ -626,6 +669,44 @@ static void abi_snapshots(unsigned long long launch, const char *when, const cha
 }
 
 /* ---- kernel launches ---- */
+// A launched function's parameter `i`: the handle a launch passes is a CUfunction, or a CUkernel
+// (a library-loaded kernel, which cuLaunchKernel also accepts: the CUDA runtime's own launches
+// pass these), for which cuFuncGetParamInfo answers CUDA_ERROR_INVALID_HANDLE.
+static CUresult param_info(CUfunction f, size_t i, size_t *offset, size_t *size) {
+    if (!g.param_info) return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult rc = g.param_info(f, i, offset, size);
+    if (rc == CUDA_ERROR_INVALID_HANDLE && g.kernel_param_info)
+        rc = g.kernel_param_info(f, i, offset, size);
+    return rc;
+}
+
+// A launch's argument pointers where it passes them packed in `extra`
+// (CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE) instead of kernelParams, as a runtime may do
+// internally: pointers into that buffer at the offsets cuFuncGetParamInfo gives, each checked
+// to lie inside the buffer's stated size. NULL when there is no such buffer or an offset
+// falls outside it (the launch is then recorded without arguments).
+static void **packed_args(CUfunction f, void **extra, void **store) {
+    if (!extra || !f || !g.param_info) return NULL;
+    const unsigned char *buf = NULL;
+    size_t size = 0;
+    for (int i = 0; i < 16 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            size = *(const size_t *)extra[i + 1];
+        else
+            return NULL;  // a key this reader does not know: decode nothing rather than guess
+    }
+    if (!buf) return NULL;
+    for (int n = 0; n < MAX_PARAMS; ++n) {
+        size_t offset, bytes;
+        if (param_info(f, (size_t)n, &offset, &bytes) != CUDA_SUCCESS) break;
+        if (offset + bytes > size) return NULL;
+        store[n] = (void *)(buf + offset);
+    }
+    return store;
+}
+
 static __thread int tl_snapshot;  // the launch entered on this thread is snapshotted at its exit
 
 // One launch, through the driver API (cuLaunchKernel, cuLaunchKernelEx) or the runtime API
@@ -648,7 +729,7 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
     size_t offsets[MAX_PARAMS], sizes[MAX_PARAMS];
     int n = 0;
     while (params && f && g.param_info && n < MAX_PARAMS &&
-           g.param_info(f, (size_t)n, &offsets[n], &sizes[n]) == CUDA_SUCCESS)
+           param_info(f, (size_t)n, &offsets[n], &sizes[n]) == CUDA_SUCCESS)
         ++n;
     tl_snapshot = params && wants_snapshot(name) && abi_signature(name, sizes, n) &&
                   !stream_capturing(stream);
@@ -667,6 +748,18 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         fprintf(g.events, "%s[%zu,%llu]", i ? "," : "", sizes[i], raw);
     }
     fputc(']', g.events);
+    if (tl_rt_depth > 0 && tl_rt_name && cb->functionName && strncmp(cb->functionName, "cu", 2) == 0 &&
+        strncmp(cb->functionName, "cuda", 4) != 0) {
+        fputs(",\"via\":", g.events);  // a driver launch the runtime made for this runtime call
+        json_string(g.events, tl_rt_name);
+    }
+    if (params && n == 0) {
+        // no parameter could be read: say why (no CUfunction, or the driver's answer for the
+        // first one), so an unreadable launch names its cause
+        size_t o, z;
+        int rc = !f ? -1 : !g.param_info ? -2 : (int)param_info(f, 0, &o, &z);
+        fprintf(g.events, ",\"param_info_rc\":%d", rc);
+    }
     end_event();
     if (g.step_start_pending && g.polyak_target && !stream_capturing(stream)) {
         // the first launch of the next step, not launched yet: the target as that step starts,
@@ -833,7 +926,9 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
             const cuLaunchKernel_params *a = p;
             unsigned int grid[3] = {a->gridDimX, a->gridDimY, a->gridDimZ};
             unsigned int block[3] = {a->blockDimX, a->blockDimY, a->blockDimZ};
-            on_launch(cb, a->f, grid, block, a->hStream, a->kernelParams);
+            void *store[MAX_PARAMS];
+            void **params = a->kernelParams ? a->kernelParams : packed_args(a->f, a->extra, store);
+            on_launch(cb, a->f, grid, block, a->hStream, params);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
@@ -842,7 +937,9 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
             const CUlaunchConfig *c = a->config;
             unsigned int grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
             unsigned int block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-            on_launch(cb, a->f, grid, block, c->hStream, a->kernelParams);
+            void *store[MAX_PARAMS];
+            void **params = a->kernelParams ? a->kernelParams : packed_args(a->f, a->extra, store);
+            on_launch(cb, a->f, grid, block, c->hStream, params);
             return;
         }
         default:
@@ -981,7 +1078,10 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     int alloc = id == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020;
     if (!launch && !memset_ && !copy && !alloc) return;
     if (cb->callbackSite == CUPTI_API_ENTER) {
-        if (tl_rt_depth++ == 0) tl_rt_covered = tl_rt_launch = 0;
+        if (tl_rt_depth++ == 0) {
+            tl_rt_covered = tl_rt_launch = 0;
+            tl_rt_name = cb->functionName;
+        }
         if (launch && tl_rt_depth == 1 && runtime_launch(cb, id, RT_ENTER)) tl_rt_launch = 1;
         return;
     }
@@ -1038,6 +1138,7 @@ int InitializeInjection(void) {
     const char *values_max = getenv("EGF_CAPTURE_VALUES_MAX");
     if (values_max && *values_max) g.values_max = atoll(values_max);
     g.param_info = (ParamInfoFn)driver_symbol("cuFuncGetParamInfo");
+    g.kernel_param_info = (ParamInfoFn)driver_symbol("cuKernelGetParamInfo");
     g.ctx_sync = (CtxSyncFn)driver_symbol("cuCtxSynchronize");
     g.dtoh = (DtoHFn)driver_symbol("cuMemcpyDtoH_v2");
     g.is_capturing = (IsCapturingFn)driver_symbol("cuStreamIsCapturing");

@@ -239,6 +239,12 @@ FIELDS: dict[str, dict[str, Check]] = {
     "exit": {"pid": PID},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
+    # on a launch whose parameters could not be read: -1 no CUfunction was found for it, -2 the
+    # driver has no cuFuncGetParamInfo, else that call's CUresult for the first parameter
+    # "via": the runtime call (cudaLaunchKernel, ...) inside which the runtime made this launch
+    "kernel": {"param_info_rc": _integer(-2, 2**31 - 1, "2**31 - 1"), "via": _string},
+    # a cublasLtMatmul's alpha and beta, where its log named their addresses and they were read
+    "ltmatmul": {"alpha_bits": _U64, "beta_bits": _U64},
     # written on the log line that completes a GEMM's alpha and beta (pointer mode 0 host, 1
     # device; scalar_bytes their size, 4 where absent) and on a pointer-array call's batchCount
     # line (the pointers read from its arrays)
@@ -335,8 +341,9 @@ def _decode_params(name: str, raw: list[list[int]] | None) -> tuple[dict[str, An
     return args, True
 
 
-def _abi_problem(name: str, raw: list[list[int]] | None) -> str | None:
-    """Why an ABI kernel's launch cannot be judged from its recorded arguments, if it cannot."""
+def _abi_problem(name: str, raw: list[list[int]] | None, rc: int | None = None) -> str | None:
+    """Why an ABI kernel's launch cannot be judged from its recorded arguments, if it cannot;
+    rc: the recorder's param_info_rc, where it could read no parameter."""
     if name not in ABI_KERNELS:
         return None
     if raw is None:
@@ -349,9 +356,19 @@ def _abi_problem(name: str, raw: list[list[int]] | None) -> str | None:
     if got != want:
         return (
             f"{name} launch with {len(got)} parameters of sizes {got}; the kernel table's "
-            f"{name} has {len(want)} of sizes {want}"
+            f"{name} has {len(want)} of sizes {want}" + _param_info_reason(rc)
         )
     return None
+
+
+def _param_info_reason(rc: int | None) -> str:
+    if rc is None:
+        return ""
+    if rc == -1:
+        return " (the recorder found no CUfunction for the launch)"
+    if rc == -2:
+        return " (the driver has no cuFuncGetParamInfo)"
+    return f" (cuFuncGetParamInfo answered CUresult {rc})"
 
 
 # ---- cuBLAS ----
@@ -706,14 +723,16 @@ def read_process(events_path: Path) -> ProcessCapture:
                 kname = source_name(symbol)
                 if kname not in KERNELS_BY_NAME:
                     kname = symbol  # a kernel egf-audit does not know keeps its symbol
-                if (problem := _abi_problem(kname, event["params"])) is not None:
+                rc = event.get("param_info_rc")
+                if (problem := _abi_problem(kname, event["params"], rc)) is not None:
                     _refuse(where, problem)
                 args, decoded = _decode_params(kname, event["params"])
                 args |= {"grid": event["grid"], "block": event["block"]}
                 if kname != symbol:
                     args["symbol"] = symbol
-                # one string per kernel name, not one per launch
-                kernel, api = sys.intern(kname), sys.intern(event["api"])
+                # one string per kernel name, not one per launch; the API the trainer called
+                # (a runtime launch reaches the driver's cuLaunchKernel "via" it)
+                kernel, api = sys.intern(kname), sys.intern(event.get("via") or event["api"])
                 record = Record(seq, ev, kernel, api, args, decoded, number)
                 proc.records.append(record)
                 last_record[tid] = record

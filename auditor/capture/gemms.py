@@ -116,12 +116,15 @@ def _layout_words(layout: list[int] | None, role: str) -> str | None:
 
 def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
     """A recorded `cublasLtMatmul` in the one form. D = op(A)·op(B) (scaled) + C: m and n are
-    D's rows and columns, k the columns of op(A); alpha and beta are not in cuBLASLt's log, so C
-    counts as read and D as written."""
+    D's rows and columns, k the columns of op(A); alpha and beta as the recorder read them from
+    the addresses the log names (of the descriptor's scale type), else None: then C counts as
+    read and D as written."""
     a, b, c, d = (event[k] for k in ("adesc", "bdesc", "cdesc", "ddesc"))
-    compute, _scale, mode, transa, transb = event["desc"]
+    compute, scale, mode, transa, transb = event["desc"]
     out: dict[str, Any] = {"A": event["a"], "B": event["b"], "C": event["c"], "D": event["d"]}
-    out |= {"alpha": None, "beta": None, "pointer_mode": mode, "compute_type": compute}
+    nbytes = TYPE_BYTES.get(scale, 4)
+    alpha, beta = scalar(event.get("alpha_bits"), nbytes), scalar(event.get("beta_bits"), nbytes)
+    out |= {"alpha": alpha, "beta": beta, "pointer_mode": mode, "compute_type": compute}
     if c is None:  # cuBLASLt takes Cdesc = Ddesc when C is not given its own
         c = d
     problems = [

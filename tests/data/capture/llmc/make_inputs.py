@@ -1,9 +1,11 @@
 """Inputs for karpathy/llm.c's `train_gpt2_fp32.cu`, in its documented binary formats, and the
-layout file that names its tensors: a small GPT-2 (2 layers, 4 heads, 64 channels; GPT-2's
+layout file that names its tensors: a small GPT-2 (2 layers, 4 heads, 128 channels; GPT-2's
 vocabulary, since its sampler starts from token 50256), seeded random weights, and token files
-that make exactly two training steps (one validation batch before them and after).
+that make exactly two training steps (one validation batch before them and after). llm.c's
+forward matmul kernel works in 128 x 128 tiles without bounds checks, so B * T and every
+output width (C, 3C, 4C, Vp) are multiples of 128: C = 128 and B * T = 4 * 32.
 
-    python make_inputs.py OUT_DIR [--batch 2] [--seq 32]
+    python make_inputs.py OUT_DIR [--batch 4] [--seq 32]
 
 writes OUT_DIR/gpt2_124M.bin (the checkpoint path the trainer opens), train.bin, val.bin and
 layout.json. llm.c writes no layout file and cannot be changed to, so its buffers are named by
@@ -26,7 +28,7 @@ import numpy as np
 MODEL_MAGIC, MODEL_VERSION = 20240326, 3  # gpt2_build_from_checkpoint
 DATA_MAGIC, DATA_VERSION = 20240520, 1  # dataloader_load_shard_
 HEADER_INTS = 256
-L, NH, C, MAX_T, V, VP = 2, 4, 64, 64, 50257, 50304
+L, NH, C, MAX_T, V, VP = 2, 4, 128, 64, 50257, 50304
 
 
 def parameter_tensors() -> list[tuple[str, int, int]]:
@@ -71,7 +73,7 @@ def packed(tensors: list[tuple[str | None, int, int]], prefix: str = "") -> tupl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make_inputs.py")
     parser.add_argument("out", type=Path)
-    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=32)
     args = parser.parse_args(argv)
     B, T = args.batch, args.seq

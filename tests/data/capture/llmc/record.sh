@@ -15,6 +15,7 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d)"
 exec > >(tee -a "$out/log.txt") 2>&1
+pids=() # the builds in the background; a bare `wait` would also wait for tee above, forever
 
 cp -r "$src" "$work/clean"
 cp -r "$src" "$work/planted"
@@ -34,10 +35,11 @@ read -r _ libdir libblas libblas_lt < <(echo "$paths" | grep '^lib ')
 for v in clean planted; do
   nvcc -O3 --use_fast_math -arch=sm_90 -I"$inc" -I"$work/$v" "$work/$v/train_gpt2_fp32.cu" \
     -L"$libdir" -Xlinker -rpath="$libdir" -l:"$libblas" -l:"$libblas_lt" -o "$work/$v/train" &
+  pids+=($!)
 done
 python "$here/make_inputs.py" "$work/run"
-wait
-args=(-i train.bin -j val.bin -b 2 -t 32 -v 100 -m 1 -s 100 -g 2)
+wait "${pids[@]}"
+args=(-i train.bin -j val.bin -b 4 -t 32 -v 100 -m 1 -s 100 -g 2)
 cd "$work/run" || exit 1
 
 capture() { # NAME BINARY

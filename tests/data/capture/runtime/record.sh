@@ -12,6 +12,7 @@ repo="$(cd "$here/../../../.." && pwd)"
 work="$(mktemp -d)"
 mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
+pids=() # the builds in the background; a bare `wait` would also wait for tee above, forever
 
 # ---- build: the trainer with extern "C" kernels, with C++ (mangled) ones, with a shared
 # runtime; the GEMM probe. cuBLAS links from wherever cublas_paths.py finds it; no cuBLAS
@@ -23,17 +24,22 @@ read -r _ libdir libblas libblas_lt < <(python "$here/../cublas_paths.py" | grep
 flags=(-O2 -std=c++17 -arch=sm_90 -L"$libdir" -Xlinker -rpath="$libdir" -l:"$libblas"
   -l:"$libblas_lt")
 nvcc "${flags[@]}" -I"$repo/kernels" -I"$work" "$here/trainer.cu" -o "$work/trainer-c" &
+pids+=($!)
 nvcc "${flags[@]}" -I"$work/kernels-cxx" -I"$work" "$here/trainer.cu" -o "$work/trainer-cxx" &
+pids+=($!)
 nvcc "${flags[@]}" -cudart shared -I"$repo/kernels" -I"$work" "$here/trainer.cu" \
   -o "$work/trainer-shared" &
+pids+=($!)
 nvcc "${flags[@]}" "$here/gemm_probe.cu" -o "$work/gemm_probe" &
+pids+=($!)
 faults=(fwd-k-sh2 dw-k-sh2 dx-k-sh2 cql-site-ungated skip-scale skip-rebuild no-zero-d-h-s2
   scale-wrong-col target-grad-leak wrapper-on-main polyak-tau-swap accumulate-wire-col)
 small="$here/small.toml"
 python "$here/make_plan.py" "$work" --config "$small" &
+pids+=($!)
 printf '%s\n' "${faults[@]}" | xargs -P 8 -I{} python "$here/make_plan.py" "$work" \
   --config "$small" --fault {}
-wait
+wait "${pids[@]}"
 ls -la "$work"
 
 layout="$work/layout.json"
