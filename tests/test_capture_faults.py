@@ -185,8 +185,10 @@ STANDIN_RUNS: dict[str, tuple[str | None, int, bool]] = {
 NOT_THE_STANDIN = {
     "not-a-trainer": "a torch matrix product, not the stand-in: there is nothing to emulate",
     # the scripts that record other programs (their README.md): no stand-in in them
-    "runtime": "the C++ runtime-launch trainer's and GEMM probe's recording scripts",
-    "llmc": "the recording scripts of karpathy/llm.c's trainer",
+    "runtime": "the C++ runtime-launch trainer's and GEMM probe's scripts and H200 recordings "
+    "(tests/test_capture_h200_programs.py judges those)",
+    "llmc": "karpathy/llm.c's trainer: its scripts and H200 recordings "
+    "(tests/test_capture_h200_programs.py judges those)",
 }
 # CuPy's own kernels the emulation writes (the guard zones' canary fill, a one-element upload):
 # compared with their launch shape and raw parameters

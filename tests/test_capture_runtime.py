@@ -6,9 +6,10 @@ compute type; alpha's and beta's bits on the computeType line, where the recorde
 for an Ex call). Every verdict must be the one the recording itself gets: the runtime-API and
 the Ex paths of the reader are the driver-API and SGEMM paths' equals, kill matrix included.
 
-What this does not show: that the recorder decodes a real runtime launch or a real Ex call on
-a GPU (tests/data/capture/runtime/record.sh records those; docs/capture.md says they have not
-run yet)."""
+The recorder's decoding of real runtime launches and Ex and cuBLASLt calls on a GPU is shown by
+their H200 recordings (tests/test_capture_h200_programs.py); this file keeps the rewrite as a
+check that needs no recording: the same verdicts for every recorded fault, whichever the launch
+API and the GEMM entry point."""
 
 from __future__ import annotations
 

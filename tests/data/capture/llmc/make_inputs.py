@@ -42,13 +42,17 @@ def parameter_tensors() -> list[tuple[str, int, int]]:
 
 
 def activation_tensors(B: int, T: int) -> list[tuple[str | None, int, int]]:
-    """fill_in_activation_sizes; None: scratch used with several shapes, left unnamed."""
+    """fill_in_activation_sizes; None: scratch used with several shapes, left unnamed
+    (gpt2_backward reuses atty and fch as per-head buffers; `output` holds the QKV, the logits
+    and their gradient)."""
     BT, HS = B * T, C // NH
     return [
         ("encoded", BT, C), ("ln1", L * BT, C), ("ln1_mean", L, BT), ("ln1_rstd", L, BT),
-        ("atty", L * BT, C), ("att", L * B * NH * T, T), ("attproj", L * BT, C),
+        (None, L * BT, C),  # atty: gpt2_backward's buffer_a, per-head blocks of T x HS
+        ("att", L * B * NH * T, T), ("attproj", L * BT, C),
         ("residual2", L * BT, C), ("ln2", L * BT, C), ("ln2_mean", L, BT), ("ln2_rstd", L, BT),
-        ("fch", L * BT, 4 * C), ("fch_gelu", L * BT, 4 * C), ("fcproj", L * BT, C),
+        (None, L * BT, 4 * C),  # fch: gpt2_backward's buffer_b, B*NH blocks of T x T
+        ("fch_gelu", L * BT, 4 * C), ("fcproj", L * BT, C),
         ("residual3", L * BT, C), ("lnf", BT, C), ("lnf_mean", 1, BT), ("lnf_rstd", 1, BT),
         ("losses", 1, BT), ("qkvr", L * 3 * B * NH * T, HS),
         (None, BT, max(3 * C, NH * T, VP)),  # output: logits, their gradient, scratch
