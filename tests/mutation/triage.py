@@ -51,6 +51,7 @@ E13 = "invariants/egf013_kernel_effects_contained.py"
 LA = "auditor/capture/layout.py"
 CV = "auditor/capture/convert.py"
 AU = "auditor/capture/audit.py"
+CM = "auditor/runtime/capture_model.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
 
 TRIAGE: tuple[Entry, ...] = (
     # ---- capture_common ----
@@ -199,15 +200,15 @@ TRIAGE: tuple[Entry, ...] = (
         "also flags a one-row operand spanning SH2 of SH2 + 1: more failures, never fewer",
     ),
     Entry(
-        E1,
-        "_gemm_extent",
+        CM,
+        "extent_bytes",
         "rows - 1",
         "fail-closed",
         "an extent one row longer: more operands past their allocation, never fewer",
     ),
     Entry(
-        E1,
-        "_gemm_extent",
+        CM,
+        "extent_bytes",
         "",
         "equivalent",
         "an empty box then gives a negative extent instead of 0: neither reaches past the "
