@@ -303,3 +303,20 @@ def test_many_tensors_compared_at_once_as_one_by_one():
     together = oracle.compare_many(items)
     assert [repr(c) for c in together] == [repr(oracle.compare(*i)) for i in items]
     assert [c.ok for c in together] == [True, False, False, False, False, True, False]
+
+
+def test_whole_tables_and_tensor_by_tensor_report_the_same(ci_audit_run, monkeypatch):
+    """A step compared over whole parameter tables (one pass, one read-back) reports exactly
+    what it reports read tensor by tensor, as a table of another shape is read: the same rows
+    in the same order, the same decisions."""
+    trace = ci_audit_run.production("live")
+    whole = [compare_step(trace, s, ci_audit_run.config) for s in trace.training_steps()]
+    monkeypatch.setattr(oracle.StepSnapshots, "table", lambda *_args: None)
+    by_tensor = [compare_step(trace, s, ci_audit_run.config) for s in trace.training_steps()]
+    assert [repr(r) for r in whole] == [repr(r) for r in by_tensor]
+    expected = [(k, n) for n in PARAM_NAMES for k in ("grad",)]
+    expected += [(k, n) for n in PARAM_NAMES for k in ("adam_m", "adam_v")]
+    expected += [("sn", "u_b0fc"), ("sn", "v_b0fc")]
+    expected += [(k, n) for n in PARAM_NAMES for k in ("param", "target")]
+    assert [(t.kind, t.name) for t in whole[0].tensors] == expected
+    assert len(whole[0].decisions) == 2 * len(model.RELU_LAYERS) + 4

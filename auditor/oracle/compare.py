@@ -26,6 +26,8 @@ are read where the CUDA backend copied them, and only the measured figures reach
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +42,7 @@ from egf_audit.oracle.inputs import (
     device,
     load_inputs,
     pipeline_relu_inputs,
-    read_params,
+    read_table,
 )
 from egf_audit.runtime.config_view import ConfigView, DimsView, HyperView
 from egf_audit.runtime.contract import (
@@ -126,22 +128,26 @@ def _counts(*flags: torch.Tensor) -> list[int]:
     return [int(v) for v in torch.stack([f.sum() for f in flags]).tolist()]
 
 
+def relu_flags(z: torch.Tensor, band: torch.Tensor, pipeline_act: torch.Tensor) -> torch.Tensor:
+    """[near-ties, flips in the band, flips outside it] of one ReLU layer, on the device."""
+    pipeline_on = pipeline_act.to(z.device) > 0
+    flips = pipeline_on != (z > 0)
+    near = z.abs() <= band
+    return torch.stack([near.sum(), (flips & near).sum(), (flips & ~near).sum()])
+
+
 def relu_decisions(
     layer: str, z: torch.Tensor, band: torch.Tensor, pipeline_act: torch.Tensor
 ) -> DecisionCheck:
     """The pipeline's mask (activation > 0) against the float64 pre-activation z > 0."""
-    pipeline_on = pipeline_act.to(z.device) > 0
-    flips = pipeline_on != (z > 0)
-    near = z.abs() <= band
-    return DecisionCheck(layer, int(z.numel()), *_counts(near, flips & near, flips & ~near))
+    counts = relu_flags(z, band, pipeline_act).tolist()
+    return DecisionCheck(layer, int(z.numel()), *(int(c) for c in counts))
 
 
-def argmax_decisions(
-    name: str, q: torch.Tensor, band: torch.Tensor, pipeline_argmax: torch.Tensor
-) -> DecisionCheck:
-    """The pipeline's TD argmax against the float64 one (first index on ties). A flip is a
-    near-tie when the float64 Q values of the two actions are closer than their two bands; a row
-    is counted as a near-tie when its two best float64 Q values are (or when it flipped so)."""
+def argmax_flags(
+    q: torch.Tensor, band: torch.Tensor, pipeline_argmax: torch.Tensor
+) -> torch.Tensor:
+    """[near-ties, flips in the band, flips outside it] of one TD argmax, on the device."""
     rows = torch.arange(q.shape[0], device=q.device)
     picked = pipeline_argmax.to(q.device, torch.int64)
     valid = (picked >= 0) & (picked < q.shape[1])
@@ -153,7 +159,17 @@ def argmax_decisions(
     if q.shape[1] > 1:
         top2 = q.topk(2, dim=1)
         near |= top2.values[:, 0] - top2.values[:, 1] <= band.gather(1, top2.indices).sum(dim=1)
-    return DecisionCheck(name, int(q.shape[0]), *_counts(near, flips & in_band, flips & ~in_band))
+    return torch.stack([near.sum(), (flips & in_band).sum(), (flips & ~in_band).sum()])
+
+
+def argmax_decisions(
+    name: str, q: torch.Tensor, band: torch.Tensor, pipeline_argmax: torch.Tensor
+) -> DecisionCheck:
+    """The pipeline's TD argmax against the float64 one (first index on ties). A flip is a
+    near-tie when the float64 Q values of the two actions are closer than their two bands; a row
+    is counted as a near-tie when its two best float64 Q values are (or when it flipped so)."""
+    counts = argmax_flags(q, band, pipeline_argmax).tolist()
+    return DecisionCheck(name, int(q.shape[0]), *(int(c) for c in counts))
 
 
 # ---- 2. and 3. values ----
@@ -185,40 +201,91 @@ def compare(
 Compared = tuple[str, str, torch.Tensor, torch.Tensor | None]  # name, kind, ref, got
 
 
-def compare_many(items: list[Compared]) -> list[TensorCheck]:
-    """compare() of each item, in order: those whose tensors have one shape in one pass over
-    them all and one read-back, the others (missing, reshaped, empty) one by one. The maxima
-    are the same numbers compare() takes (a maximum does not depend on the order)."""
-    out: list[TensorCheck | None] = [None] * len(items)
-    whole = []
-    for i, (name, kind, ref, got) in enumerate(items):
-        if got is not None and ref.numel() and tuple(got.shape) == tuple(ref.shape):
-            whole.append(i)
-        else:
-            out[i] = compare(name, kind, ref, got)
-    if whole:
-        refs = torch.cat([items[i][2].detach().reshape(-1) for i in whole])
-        gots = torch.cat(
-            [items[i][3].reshape(-1).to(refs.device, torch.float64) for i in whole]  # type: ignore[union-attr]
-        )
-        sizes = torch.tensor([items[i][2].numel() for i in whole], device=refs.device)
-        segment = torch.repeat_interleave(torch.arange(len(whole), device=refs.device), sizes)
+@dataclass(frozen=True)
+class Joined:
+    """Tensors of one kind compared as compare() compares each: `ref` their float64 references
+    laid end to end (`sizes` elements each, in the order of `names`), `got` the pipeline's
+    laid likewise (any dtype; the whole parameter table of a snapshot, say)."""
 
-        def largest(values: torch.Tensor) -> torch.Tensor:
-            """Per item: the largest value, NaN where one is NaN (as numpy's max)."""
-            nan = values.isnan()
-            top = torch.zeros(len(whole), dtype=torch.float64, device=values.device)
-            top = top.scatter_reduce(0, segment, values.masked_fill(nan, 0.0), "amax")
-            hit = torch.zeros_like(top).scatter_reduce(0, segment, nan.double(), "amax")
-            return top.masked_fill(hit > 0, torch.nan)
+    kind: str
+    names: list[str]
+    sizes: list[int]
+    ref: torch.Tensor
+    got: torch.Tensor
 
-        max_ref, max_err = torch.stack([largest(refs.abs()), largest((gots - refs).abs())]).tolist()
-        for j, i in enumerate(whole):
-            name, kind = items[i][0], items[i][1]
-            tol = tolerance(max_ref[j], kind)
-            ok = bool(max_err[j] <= tol)  # NaN compares False: it fails
-            out[i] = TensorCheck(name, kind, max_err[j], tol, max_ref[j], ok)
-    return [c for c in out if c is not None]
+
+@functools.lru_cache(maxsize=8)
+def _segments(sizes: tuple[int, ...], dev: torch.device) -> torch.Tensor:
+    """Each element's item number, items of `sizes` elements laid end to end: built on the
+    host and copied to `dev` once per layout, not once per step."""
+    ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    return ids.to(dev)
+
+
+class Measured:
+    """compare() of many items (Compared or Joined), measured on the device: `values` holds
+    every whole item's max|ref| and max|err| ([2, items], NaN where one is NaN, as numpy's max),
+    to be read back with whatever else the caller reads; `checks(values)` then gives the rows
+    compare() gives, in order. Items that are missing, reshaped or empty are compared one by
+    one by compare() itself. The maxima are the same numbers compare() takes (a maximum does
+    not depend on the order)."""
+
+    def __init__(self, items: Sequence[Compared | Joined]):
+        self._rows: list[TensorCheck | tuple[str, str]] = []  # a check, or (name, kind) measured
+        refs: list[torch.Tensor] = []
+        gots: list[torch.Tensor] = []
+        sizes: list[int] = []
+        for item in items:
+            if isinstance(item, Joined):
+                refs.append(item.ref.detach())
+                gots.append(item.got)
+                sizes += item.sizes
+                self._rows += [(name, item.kind) for name in item.names]
+                continue
+            name, kind, ref, got = item
+            if got is not None and ref.numel() and tuple(got.shape) == tuple(ref.shape):
+                refs.append(ref.detach().reshape(-1))
+                gots.append(got.reshape(-1))
+                sizes.append(ref.numel())
+                self._rows.append((name, kind))
+            else:
+                self._rows.append(compare(name, kind, ref, got))
+        self.values: torch.Tensor | None = None
+        if sizes:
+            ref_all = torch.cat(refs) if len(refs) > 1 else refs[0]
+            got_all = torch.cat([g.to(ref_all.device, torch.float64) for g in gots])
+            parts = torch.stack([ref_all.abs(), (got_all - ref_all).abs()])
+            nan = parts.isnan()
+            segment = _segments(tuple(sizes), ref_all.device).expand(4, -1)
+            found = torch.zeros(4, len(sizes), dtype=torch.float64, device=ref_all.device)
+            found.scatter_reduce_(
+                1, segment, torch.cat([parts.masked_fill(nan, 0.0), nan.double()]), "amax"
+            )
+            self.values = found[:2].masked_fill(found[2:] > 0, torch.nan)
+
+    def checks(self, values: list[list[float]] | None) -> list[TensorCheck]:
+        """The rows, from `values` read back (self.values as a list)."""
+        out: list[TensorCheck] = []
+        j = 0
+        for row in self._rows:
+            if isinstance(row, TensorCheck):
+                out.append(row)
+                continue
+            assert values is not None
+            name, kind = row
+            max_ref, max_err = values[0][j], values[1][j]
+            j += 1
+            tol = tolerance(max_ref, kind)
+            ok = bool(max_err <= tol)  # NaN compares False: it fails
+            out.append(TensorCheck(name, kind, max_err, tol, max_ref, ok))
+        return out
+
+
+def compare_many(items: Sequence[Compared | Joined]) -> list[TensorCheck]:
+    """compare() of each item, in order: the whole ones in one pass over them all and one
+    read-back, the others (missing, reshaped, empty) one by one."""
+    measured = Measured(items)
+    return measured.checks(None if measured.values is None else measured.values.tolist())
 
 
 def state_like_params(
@@ -238,57 +305,143 @@ def state_like_params(
 
 
 def update_checks(
-    snaps: StepSnapshots, inputs: StepInputs, dims: DimsView, hyper: HyperView
+    snaps: StepSnapshots,
+    inputs: StepInputs,
+    dims: DimsView,
+    hyper: HyperView,
+    grads_flat: torch.Tensor | None = None,
 ) -> list[TensorCheck]:
     """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
-    rows: list[Compared] = []
+    names = [name for name, _, _ in param_shapes(dims)]
+    return in_update_order(compare_many(update_rows(snaps, inputs, dims, hyper, grads_flat)), names)
+
+
+def update_rows(
+    snaps: StepSnapshots,
+    inputs: StepInputs,
+    dims: DimsView,
+    hyper: HyperView,
+    grads_flat: torch.Tensor | None = None,
+) -> list[Compared | Joined]:
+    """What update_checks compares, in its order: per tensor Adam m and v, the sn vectors,
+    per tensor the param and the target. Adam and Polyak are elementwise: each runs once over
+    every tensor laid end to end. A state or post-step table laid as the params are is
+    compared whole (`Joined`); one of another shape (a fault) tensor by tensor, as before.
+    `grads_flat`: grad_buf's parameter table in float64, when the caller has it."""
     t = snaps.checkpoint_meta(BEFORE_POLYAK).get("adam_t")
     if not isinstance(t, int) or t < 1:
         raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
-    grads = read_params(snaps, AFTER_BACKWARD, "grad_buf", dims)
-    names = list(inputs.params)
-    m0 = [state_like_params(snaps, STEP_START, "adam_m", n, inputs.params[n]) for n in names]
-    v0 = [state_like_params(snaps, STEP_START, "adam_v", n, inputs.params[n]) for n in names]
-    # Adam is elementwise: one step over every tensor laid end to end is each tensor's step
-    shapes = [inputs.params[n].shape for n in names]
-    joined = model.adam(
-        _joined([inputs.params[n] for n in names]), _joined([grads[n] for n in names]),
-        _joined(m0), _joined(v0), t, hyper,
-    )  # fmt: skip
-    stepped_all, m1, v1 = (_split(x, shapes) for x in joined)
-    stepped = dict(zip(names, stepped_all, strict=True))
-    for i, name in enumerate(names):
-        for kind, ref in (("adam_m", m1[i]), ("adam_v", v1[i])):
-            rows.append((name, kind, ref, snaps.optional(BEFORE_POLYAK, kind, name)))
+    shapes = param_shapes(dims)
+    names = [name for name, _, _ in shapes]
+    sizes = [rows * cols for _, rows, cols in shapes]
+    if grads_flat is None:
+        grads_flat = read_table(snaps, AFTER_BACKWARD, "grad_buf", dims)[0]
+    m0, v0 = (_state_table(snaps, buffer, inputs.params, dims) for buffer in ("adam_m", "adam_v"))
+    stepped_flat, m1, v1 = model.adam(inputs.params_flat, grads_flat, m0, v0, t, hyper)
+    m_rows = _rows_of("adam_m", m1, snaps, BEFORE_POLYAK, "adam_m", dims)
+    v_rows = _rows_of("adam_v", v1, snaps, BEFORE_POLYAK, "adam_v", dims)
 
+    at = names.index("w_b0fc")
+    start, (_, rows, cols) = sum(sizes[:at]), shapes[at]
+    w_b0fc = stepped_flat[start : start + rows * cols].view(rows, cols)
     u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)))
-    stepped["w_b0fc"], sn_u1, sn_v1 = model.spectral_norm(stepped["w_b0fc"], u0, hyper.sigma_max)
-    for name, ref in (("u_b0fc", sn_u1), ("v_b0fc", sn_v1)):
-        rows.append((name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name)))
-
-    afters = {name: snaps.optional(BEFORE_POLYAK, "params", name) for name in names}
-    # Polyak from the pipeline's own post-step params (the reference's where they are missing)
-    # and the pre-step target, elementwise like Adam: once over every tensor end to end
-    online = [
-        _f64(a) if (a := afters[n]) is not None and a.shape == stepped[n].shape else stepped[n]
-        for n in names
+    projected, sn_u1, sn_v1 = model.spectral_norm(w_b0fc, u0, hyper.sigma_max)
+    w_b0fc.copy_(projected)  # the params after the step: written in place
+    sn_rows: list[Compared | Joined] = [
+        (name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name))
+        for name, ref in (("u_b0fc", sn_u1), ("v_b0fc", sn_v1))
     ]
-    shapes = [stepped[n].shape for n in names]
-    targets = _split(
-        model.polyak(_joined([inputs.target_params[n] for n in names]), _joined(online), hyper.tau),
-        shapes,
-    )
-    for name, target in zip(names, targets, strict=True):
-        rows.append((name, "param", stepped[name], afters[name]))
-        rows.append((name, "target", target, snaps.optional(STEP_END, "target_params", name)))
-    return compare_many(rows)
+
+    # Polyak from the pipeline's own post-step params (the reference's where they are missing)
+    # and the pre-step target
+    after_table = snaps.table(BEFORE_POLYAK, "params", dims)
+    target_table = snaps.table(STEP_END, "target_params", dims)
+    stepped: dict[str, torch.Tensor] = {}  # each tensor of the step's params, where needed
+    if after_table is None or target_table is None:
+        parts = _split(stepped_flat, [(r, c) for _, r, c in shapes])
+        stepped = dict(zip(names, parts, strict=True))
+    if after_table is not None:
+        online = _f64(after_table)
+    else:
+        afters = {name: snaps.optional(BEFORE_POLYAK, "params", name) for name in names}
+        online = _joined(
+            [_f64(a) if (a := afters[n]) is not None and a.shape == stepped[n].shape
+             else stepped[n] for n in names]
+        )  # fmt: skip
+    target = model.polyak(inputs.target_params_flat, online, hyper.tau)
+    if after_table is not None and target_table is not None:
+        tail: list[Compared | Joined] = [
+            Joined("param", names, sizes, stepped_flat, after_table),
+            Joined("target", names, sizes, target, target_table),
+        ]
+    else:
+        targets = _split(target, [(r, c) for _, r, c in shapes])
+        tail = [
+            (name, "param", stepped[name], snaps.optional(BEFORE_POLYAK, "params", name))
+            for name in names
+        ]
+        tail += [
+            (name, "target", ref, snaps.optional(STEP_END, "target_params", name))
+            for name, ref in zip(names, targets, strict=True)
+        ]
+    state = [*_listed(m_rows), *_listed(v_rows)]
+    return state + sn_rows + tail
+
+
+def _state_table(
+    snaps: StepSnapshots, buffer: str, params: model.Params, dims: DimsView
+) -> torch.Tensor:
+    """The pre-step Adam state laid end to end in float64: the table whole where it is laid
+    as the params are, else tensor by tensor (state_like_params)."""
+    table = snaps.table(STEP_START, buffer, dims)
+    if table is not None:
+        return _f64(table)
+    return _joined([state_like_params(snaps, STEP_START, buffer, n, p) for n, p in params.items()])
+
+
+def _rows_of(
+    kind: str, ref: torch.Tensor, snaps: StepSnapshots, checkpoint: str, buffer: str,
+    dims: DimsView,
+) -> Joined | list[Compared]:  # fmt: skip
+    """`ref` (every tensor end to end) against `buffer` at `checkpoint`: whole where the table
+    is laid as the params are, else tensor by tensor through the pipeline's own table."""
+    shapes = param_shapes(dims)
+    names = [name for name, _, _ in shapes]
+    table = snaps.table(checkpoint, buffer, dims)
+    if table is not None:
+        return Joined(kind, names, [r * c for _, r, c in shapes], ref, table)
+    refs = _split(ref, [(r, c) for _, r, c in shapes])
+    return [
+        (name, kind, part, snaps.optional(checkpoint, buffer, name))
+        for name, part in zip(names, refs, strict=True)
+    ]
+
+
+def _listed(rows: Joined | list[Compared]) -> list[Compared | Joined]:
+    return [rows] if isinstance(rows, Joined) else list(rows)
+
+
+def in_update_order(checks: list[TensorCheck], names: list[str]) -> list[TensorCheck]:
+    """The update's rows in the order they are reported: per tensor Adam m then v, the sn
+    vectors, per tensor param then target (each kind and name is one row)."""
+    place = {name: i for i, name in enumerate(names)}
+    n = len(names)
+
+    def position(c: TensorCheck) -> int:
+        if c.kind in ("adam_m", "adam_v"):
+            return 2 * place[c.name] + (c.kind == "adam_v")
+        if c.kind == "sn":
+            return 2 * n + (c.name != "u_b0fc")
+        return 2 * n + 2 + 2 * place[c.name] + (c.kind == "target")
+
+    return sorted(checks, key=position)
 
 
 def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([x.reshape(-1) for x in tensors])
 
 
-def _split(flat: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
+def _split(flat: torch.Tensor, shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
     """`flat` cut back into tensors of `shapes`, in order (views)."""
     sizes = [int(torch.Size(s).numel()) for s in shapes]
     return [part.reshape(s) for part, s in zip(flat.split(sizes), shapes, strict=True)]
@@ -306,16 +459,24 @@ def as_the_kernels_take_it(hyper: HyperView) -> HyperView:
 
 
 def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
-    """Decisions, gradients and update of one recorded step against the float64 model."""
+    """Decisions, gradients and update of one recorded step against the float64 model. Every
+    count and maximum is measured on the oracle's device and read back once, at the end."""
     dims, hyper = config.dims, as_the_kernels_take_it(config.hyper)
     report = OracleReport(trace.scenario, step)
     snaps = StepSnapshots(trace, step, device())
+    shapes = param_shapes(dims)
+    names = [name for name, _, _ in shapes]
     try:
         inputs = load_inputs(snaps, dims)
-        grads_got = {
-            name: snaps.array(AFTER_BACKWARD, "grad_buf", name, (rows, cols))
-            for name, rows, cols in param_shapes(dims)
-        }
+        grads_table = snaps.table(AFTER_BACKWARD, "grad_buf", dims)
+        grads_got = (
+            None
+            if grads_table is not None
+            else {
+                name: snaps.array(AFTER_BACKWARD, "grad_buf", name, (rows, cols))
+                for name, rows, cols in shapes
+            }
+        )
     except Missing as exc:
         report.problems.append(str(exc))
         return report
@@ -332,10 +493,16 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
         )
     leaves = {k: v.clone().requires_grad_(True) for k, v in inputs.params.items()}
     online_net = model.forward(
-        leaves, inputs.obs["obs"], inputs.context["ctx"], masks["online"], alpha=inputs.alpha
+        leaves,
+        inputs.obs["obs"],
+        inputs.context["ctx"],
+        masks["online"],
+        alpha=inputs.alpha_on_device,
     )
 
     # 1. decisions
+    layers: list[tuple[str, int]] = []  # name, total
+    flags: list[torch.Tensor] = []
     for net, passed, params in (
         ("online", online_net, inputs.params),
         ("target", target_net, inputs.target_params),
@@ -344,15 +511,13 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
         for layer in model.RELU_LAYERS:
             z = passed.pre[layer].detach()
             band = model.relu_band(params, layer, z, x32[layer])
-            report.decisions.append(
-                relu_decisions(f"{net}.{layer}", z, band, inputs.activations[net][layer])
-            )
+            layers.append((f"{net}.{layer}", int(z.numel())))
+            flags.append(relu_flags(z, band, inputs.activations[net][layer]))
     for b in range(len(BRANCHES)):
         q64 = target_net.q_values[b]
         band = (_f64(inputs.target_q[b]) - q64).abs()
-        report.decisions.append(
-            argmax_decisions(f"td_argmax.b{b}", q64, band, inputs.td_argmax[:, b])
-        )
+        layers.append((f"td_argmax.b{b}", int(q64.shape[0])))
+        flags.append(argmax_flags(q64, band, inputs.td_argmax[:, b]))
 
     # 2. gradients, with the pipeline's decisions (its masks above, its argmax here; an
     # out-of-range argmax already failed as a decision and is clamped only to stay computable)
@@ -361,23 +526,46 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
         argmax[:, b] = argmax[:, b].clamp(0, dims.A[b] - 1)
     td_target = model.td_targets(target_net.q_values, argmax, inputs.batch, hyper)
     loss = model.total_loss(online_net, td_target, inputs.batch, hyper)
-    names = list(leaves)
     grads = torch.autograd.grad(loss, [leaves[n] for n in names], allow_unused=True)
-    report.tensors += compare_many(
-        [
-            (
-                name,
-                "grad",
-                grad if grad is not None else torch.zeros_like(leaves[name]),
-                grads_got[name],
-            )
-            for name, grad in zip(names, grads, strict=True)
+    refs = [
+        g if g is not None else torch.zeros_like(leaves[n])
+        for n, g in zip(names, grads, strict=True)
+    ]
+    grad_rows: list[Compared | Joined]
+    grads_flat = None
+    if grads_table is not None:
+        grads_flat = _f64(grads_table)
+        grad_rows = [
+            Joined("grad", names, [r * c for _, r, c in shapes], _joined(refs), grads_flat)
         ]
-    )
+    else:
+        assert grads_got is not None
+        grad_rows = [
+            (name, "grad", ref, grads_got[name]) for name, ref in zip(names, refs, strict=True)
+        ]
 
     # 3. the update
+    update: list[Compared | Joined] = []
     try:
-        report.tensors += update_checks(snaps, inputs, dims, hyper)
+        update = update_rows(snaps, inputs, dims, hyper, grads_flat)
     except Missing as exc:
         report.problems.append(str(exc))
+
+    # one read-back: every decision count and every compared maximum
+    measured = [Measured(grad_rows), Measured(update)]
+    counts = torch.stack(flags).to(torch.float64)  # [layers, 3]: exact below 2**53
+    read = [counts.reshape(-1)] + [m.values.reshape(-1) for m in measured if m.values is not None]
+    values = torch.cat(read).tolist()
+    at = counts.numel()
+    for (layer, total), i in zip(layers, range(0, at, 3), strict=True):
+        near, in_band, outside = (int(c) for c in values[i : i + 3])
+        report.decisions.append(DecisionCheck(layer, total, near, in_band, outside))
+    for m, kind in zip(measured, ("grad", "update"), strict=True):
+        pairs = None
+        if m.values is not None:
+            k = m.values.shape[1]
+            pairs = [values[at : at + k], values[at + k : at + 2 * k]]
+            at += 2 * k
+        checks = m.checks(pairs)
+        report.tensors += checks if kind == "grad" else in_update_order(checks, names)
     return report

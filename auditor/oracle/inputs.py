@@ -26,6 +26,8 @@ from egf_audit.runtime.contract import (
 )
 from egf_audit.runtime.trace import Missing, Snapshot, Trace
 
+PARAM_NAMES_FIRST = "w_s1"  # param_shapes' first tensor: where a parameter table starts
+
 # net -> (activation prefix, softmax buffer, observation buffer, context prefix)
 NETS = {
     "online": ("save", "aux_nb_softmax_buf", "obs", "ctx"),
@@ -99,6 +101,24 @@ class StepSnapshots:
             raise Missing(f"{where} is {list(values.shape)}; the config says {list(shape)}")
         return values
 
+    def table(self, checkpoint: str, buffer: str, dims: DimsView) -> torch.Tensor | None:
+        """Every parameter tensor of `buffer`'s snapshot end to end, as one flat slice of it (no
+        copy), where the layout lays them so: in param_shapes order, each where the one before
+        ends, shaped as the config says. None otherwise (a missing buffer, a table of another
+        shape): the caller then reads tensor by tensor, which says what is wrong. One slice
+        stands for many views, and a step's elementwise work and comparisons run over it."""
+        try:
+            tensors = self.trace.layout[buffer]["tensors"]
+            start = at = int(tensors[PARAM_NAMES_FIRST][0])
+            for name, rows, cols in param_shapes(dims):
+                if tuple(tensors[name]) != (at, rows, cols):
+                    return None
+                at += rows * cols
+            flat = self.flat(checkpoint, buffer)
+        except (KeyError, Missing):
+            return None
+        return flat[start:at] if flat.numel() >= at else None
+
     def optional(self, checkpoint: str, buffer: str, tensor: str) -> torch.Tensor | None:
         """A tensor through the pipeline's own table, whatever its shape, or None."""
         try:
@@ -114,10 +134,10 @@ def _f64(values: torch.Tensor) -> torch.Tensor:
     return values.to(torch.float64)
 
 
-def _indices(values: torch.Tensor, limit: int, what: str) -> torch.Tensor:
-    if values.numel() and (int(values.min()) < 0 or int(values.max()) >= limit):
+def _check_indices(low: float, high: float, limit: int, what: str) -> None:
+    """`low` and `high` are an index tensor's least and largest values, read back."""
+    if low < 0 or high >= limit:
         raise Missing(f"{what} holds an index outside [0, {limit})")
-    return values.to(torch.int64)
 
 
 @dataclass
@@ -132,16 +152,39 @@ class StepInputs:
     td_argmax: torch.Tensor  # [B, branches] int64, the pipeline's
     batch: model.StepBatch
     alpha: float  # ISV[393] as the backward read it
+    alpha_on_device: torch.Tensor  # the same value, 0-d float64 on the oracle's device
+    params_flat: torch.Tensor  # params, every tensor end to end (param_shapes order), float64
+    target_params_flat: torch.Tensor  # target_params likewise
 
 
 def read_params(snaps: StepSnapshots, checkpoint: str, buffer: str, dims: DimsView) -> model.Params:
     """Every parameter tensor of a snapshot in float64: the buffer converted once, each tensor
     a view of it."""
-    flat = _f64(snaps.flat(checkpoint, buffer))
-    return {
-        name: snaps.array(checkpoint, buffer, name, (rows, cols), flat=flat)
-        for name, rows, cols in param_shapes(dims)
+    return read_table(snaps, checkpoint, buffer, dims)[1]
+
+
+def read_table(
+    snaps: StepSnapshots, checkpoint: str, buffer: str, dims: DimsView
+) -> tuple[torch.Tensor, model.Params]:
+    """Every parameter tensor of a snapshot in float64, end to end and each as a [rows, cols]
+    view: one conversion and one split where the layout lays them end to end in order (see
+    StepSnapshots.table), else the buffer converted once and read tensor by tensor (what is
+    missing or misshapen raises its Missing), the flat copy then joined from the views."""
+    shapes = param_shapes(dims)
+    table = snaps.table(checkpoint, buffer, dims)
+    if table is not None:
+        flat = _f64(table)
+        parts = flat.split([rows * cols for _, rows, cols in shapes])
+        return flat, {
+            name: part.view(rows, cols)
+            for part, (name, rows, cols) in zip(parts, shapes, strict=True)
+        }
+    whole = _f64(snaps.flat(checkpoint, buffer))
+    views = {
+        name: snaps.array(checkpoint, buffer, name, (rows, cols), flat=whole)
+        for name, rows, cols in shapes
     }
+    return torch.cat([v.reshape(-1) for v in views.values()]), views
 
 
 def load_inputs(snaps: StepSnapshots, dims: DimsView) -> StepInputs:
@@ -160,21 +203,48 @@ def load_inputs(snaps: StepSnapshots, dims: DimsView) -> StepInputs:
             _f64(snaps.array(STEP_START, f"{ctx}_b{b}", shape=(d.B, d.E[b]))) for b in range(1, nb)
         ]
     actions = snaps.array(STEP_START, "actions", shape=(d.B, nb))
-    for b in range(nb):
-        _indices(actions[:, b], d.A[b], f"actions[:, {b}]")
-    labels = snaps.array(STEP_START, "aux_label", shape=(d.B, 1))[:, 0]
+    # the index checks and the gate read back at once, then judged in their order
+    try:
+        labels: torch.Tensor | Missing = snaps.array(STEP_START, "aux_label", shape=(d.B, 1))[:, 0]
+    except Missing as exc:
+        labels = exc
+    try:
+        isv: torch.Tensor | Missing = snaps.array(AFTER_LOSSES, "isv_signals").reshape(-1)
+    except Missing as exc:
+        isv = exc
+    alpha_at = isv[ALPHA_GRAD_SMOOTHED_INDEX].double() if _longer(isv) else None
+    low_high = [torch.aminmax(actions, dim=0)] if actions.numel() else []
+    if isinstance(labels, torch.Tensor) and labels.numel():
+        low_high.append(torch.aminmax(labels))
+    read = [torch.stack([low.double(), high.double()]).reshape(2, -1) for low, high in low_high]
+    read += [alpha_at.reshape(1, 1).expand(2, 1)] if alpha_at is not None else []
+    values = torch.cat(read, dim=1).tolist() if read else [[], []]
+    low, high = values[0], values[1]
+    if actions.numel():
+        for b in range(nb):
+            _check_indices(low[b], high[b], d.A[b], f"actions[:, {b}]")
+    if isinstance(labels, Missing):
+        raise labels
+    if actions.numel():
+        _check_indices(min(low[:nb]), max(high[:nb]), max(d.A), "actions")
     batch = model.StepBatch(
-        actions=_indices(actions, max(d.A), "actions"),
+        actions=actions.to(torch.int64),
         reward=_f64(snaps.array(STEP_START, "reward", shape=(d.B, 1))[:, 0]),
         done=_f64(snaps.array(STEP_START, "done", shape=(d.B, 1))[:, 0]),
-        aux_label=_indices(labels, d.AUXK, "aux_label"),
+        aux_label=labels.to(torch.int64),
     )
-    isv = snaps.array(AFTER_LOSSES, "isv_signals").reshape(-1)
-    if isv.numel() <= ALPHA_GRAD_SMOOTHED_INDEX:
+    if labels.numel():
+        at = nb if actions.numel() else 0
+        _check_indices(low[at], high[at], d.AUXK, "aux_label")
+    if isinstance(isv, Missing):
+        raise isv
+    if alpha_at is None:
         raise Missing("isv_signals at after_losses is shorter than ISV[393]")
+    params_flat, params = read_table(snaps, STEP_START, "params", dims)
+    target_flat, target_params = read_table(snaps, STEP_START, "target_params", dims)
     return StepInputs(
-        params=read_params(snaps, STEP_START, "params", dims),
-        target_params=read_params(snaps, STEP_START, "target_params", dims),
+        params=params,
+        target_params=target_params,
         obs=obs,
         context=context,
         activations=activations,
@@ -184,8 +254,15 @@ def load_inputs(snaps: StepSnapshots, dims: DimsView) -> StepInputs:
         ],
         td_argmax=snaps.array(AFTER_LOSSES, "td_argmax", shape=(d.B, nb)).to(torch.int64),
         batch=batch,
-        alpha=float(isv[ALPHA_GRAD_SMOOTHED_INDEX]),  # an fp32 value, exact as a float
+        alpha=values[0][-1],  # an fp32 value, exact as a float
+        alpha_on_device=alpha_at,
+        params_flat=params_flat,
+        target_params_flat=target_flat,
     )
+
+
+def _longer(isv: torch.Tensor | Missing) -> bool:
+    return isinstance(isv, torch.Tensor) and isv.numel() > ALPHA_GRAD_SMOOTHED_INDEX
 
 
 def pipeline_relu_inputs(inputs: StepInputs, net: str) -> dict:

@@ -201,8 +201,8 @@ def spectral_norm(
     w_v = v @ w.T
     sigma = w_v.norm()
     u = w_v / sigma.clamp_min(1e-15)
-    if sigma > sigma_max:
-        w = w * (sigma_max / sigma)
+    # chosen on the device (no host read of sigma): the same product where it projects
+    w = torch.where(sigma > sigma_max, w * (sigma_max / sigma), w)
     return w, u, v
 
 
