@@ -287,17 +287,22 @@ class StreamOrderedCpu:
     def __init__(self, inner, module):
         self.inner, self.module = inner, module
         self.behind: dict[int, np.ndarray] = {}
+        self.table = None  # kept until the allocations change, as the CUDA backend keeps it
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
     def zones(self):
         guarded = self.inner._guarded
+        if self.table is not None and self.table.bases == tuple(guarded):
+            return self.table
         ptrs = []
         for base, g in guarded.items():
             behind = self.behind.setdefault(base, np.full(GUARD_ELEMENTS, CANARY_BITS, np.uint32))
             ptrs += [g.canaries[-GUARD_ELEMENTS:].ctypes.data, behind.ctypes.data]
-        return self.module.ZoneTable(FakeArray(np.array(ptrs or [0], np.uint64)), tuple(guarded))
+        table = FakeArray(np.array(ptrs or [0], np.uint64))
+        self.table = self.module.ZoneTable(table, tuple(guarded))
+        return self.table
 
     def watch(self, ptrs):
         buffers = {p: FakeArray(self.inner._guarded[p].data) for p in ptrs}
@@ -316,11 +321,9 @@ EFFECT_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(EFFECT_CASES))
-def test_the_stream_ordered_observer_gives_the_cpu_backends_verdict(case, observe_module, tmp_path):
-    """A whole audit (one mode, one step) with a misbehaving kernel from a --kernels folder:
-    observed in stream order, EGF013's verdict and evidence are the CPU observer's, word for
-    word; the untrusted kernel is compared against every buffer."""
+def _egf013(case, tmp_path, backend_of):
+    """EGF013's (status, summary, evidence) of an audit (one mode, one step) with the kernel
+    variant `case` from a --kernels folder, on the backend `backend_of(cpu)` makes."""
     import shutil
 
     from egf_audit import invariants
@@ -330,17 +333,71 @@ def test_the_stream_ordered_observer_gives_the_cpu_backends_verdict(case, observ
     from egf_audit.scenarios.audit import Auditor
 
     folder = tmp_path / "kernels"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     shutil.copyfile(VARIANTS / f"{case}.cu", folder / f"{EFFECT_CASES[case]}_kernel.cu")
-    verdicts = []
-    for stream_ordered in (False, True):
-        cpu = CpuBackend(load_kernel_set(folder), launch_timeout_s=60)
-        backend = StreamOrderedCpu(cpu, observe_module) if stream_ordered else cpu
-        try:
-            run = Auditor(preset_config("ci"), backend, steps=1).run(("sentinel",))
-            (result,) = invariants.evaluate(run, codes=("EGF013",))
-        finally:
-            cpu.close()
-        verdicts.append((result.verdict.status, result.verdict.summary, result.verdict.evidence))
-    assert verdicts[1] == verdicts[0]
-    assert ("ok_" in case) == (verdicts[0][0] == "pass"), verdicts[0][1]
+    cpu = CpuBackend(load_kernel_set(folder), launch_timeout_s=60)
+    try:
+        run = Auditor(preset_config("ci"), backend_of(cpu), steps=1).run(("sentinel",))
+        (result,) = invariants.evaluate(run, codes=("EGF013",))
+    finally:
+        cpu.close()
+    return result.verdict.status, result.verdict.summary, result.verdict.evidence
+
+
+@pytest.mark.parametrize("case", sorted(EFFECT_CASES))
+def test_the_stream_ordered_observer_gives_the_cpu_backends_verdict(case, observe_module, tmp_path):
+    """A whole audit (one mode, one step) with a misbehaving kernel from a --kernels folder:
+    observed in stream order, EGF013's verdict and evidence are the CPU observer's, word for
+    word; the untrusted kernel is compared against every buffer."""
+    on_the_cpu = _egf013(case, tmp_path, lambda cpu: cpu)
+    in_stream_order = _egf013(case, tmp_path, lambda cpu: StreamOrderedCpu(cpu, observe_module))
+    assert in_stream_order == on_the_cpu
+    assert ("ok_" in case) == (on_the_cpu[0] == "pass"), on_the_cpu[1]
+
+
+@pytest.mark.parametrize(
+    "case", ["effects/neighbour_tensor_write", "effects/oob_write_before_buffer"]
+)
+def test_a_profiled_stream_ordered_observer_gives_the_same_verdict(case, observe_module, tmp_path):
+    """Under `bench --profile` each launch's comparison and zone scan are queued as two timed
+    launches of their own: a stray write and a guard breach are found all the same."""
+    from egf_audit.runtime import costs
+
+    on_the_cpu = _egf013(case, tmp_path, lambda cpu: cpu)
+    with costs.collecting() as collected:
+        profiled = _egf013(case, tmp_path, lambda cpu: StreamOrderedCpu(cpu, observe_module))
+    assert profiled == on_the_cpu
+    assert on_the_cpu[0] == "fail"
+    assert collected.counts[costs.COMPARISONS] > 0 and collected.counts[costs.GUARDS] > 0
+
+
+def test_a_plan_is_aimed_again_when_the_zone_table_changes(observe_module):
+    """A launch's plan is made once and keeps its argument block; when the allocations change
+    (a new zone table) its zone scan covers the new table's zones, and reports by its bases."""
+    live = np.zeros(16, np.uint32)
+    wholes = [np.full(2 * GUARD_ELEMENTS, CANARY_BITS, np.uint32) for _ in range(2)]
+
+    def table(whole, base):
+        ptrs = np.array([whole.ctypes.data, whole.ctypes.data + 4 * GUARD_ELEMENTS], np.uint64)
+        return observe_module.ZoneTable(FakeArray(ptrs), (base,))
+
+    tables = {"now": table(wholes[0], 100)}
+    observer = observe_module.StreamObserver(
+        {live.ctypes.data: FakeArray(live)}, FakeStream, lambda: tables["now"], lambda n: False
+    )
+    site = object()  # one launch site: the same key every time
+    reach, exempt = (live.ctypes.data,), {live.ctypes.data: ((0, 1, 8, 8),)}
+    wholes[0][3] = 0  # in front of allocation 100
+    live[[2, 9]] = 1  # 2 is the launch's to write, 9 is not
+    observer.queue(site, "kernel", "k", reach, exempt)
+    tables["now"] = table(wholes[1], 200)  # the allocations changed
+    wholes[1][GUARD_ELEMENTS] = 0  # right behind allocation 200
+    wholes[0][5] = 0  # no longer a zone of the table: not scanned
+    observer.queue(site, "kernel", "k", reach, exempt)
+    observer.queue(site, "kernel", "k", reach, exempt)  # everything intact again
+    assert observer.collect() == [
+        ([(live.ctypes.data, 9, 1, 0, 1)], [(100, "before", GUARD_ELEMENTS - 3, 1)]),
+        ([], [(200, "after", 1, 1)]),
+        ([], []),
+    ]
+    assert len(observer._plans) == 1

@@ -44,7 +44,7 @@ from egf_audit.runtime.effects import (
 )
 from egf_audit.runtime.gemm_rules import GemmShape
 from egf_audit.runtime.memory import AddressMap, Layout
-from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace
+from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace, recorded_launch
 
 
 def gemm_operand_boxes(shape: GemmShape) -> dict[str, tuple[int, int, int]]:
@@ -67,13 +67,24 @@ def contraction(role: str, transa: str, transb: str) -> str:
     return "columns" if (role == "A") == (op == "T") else "rows"
 
 
-class _Queued:
-    """An observation queued on the device; `failure` is what the launch itself reported."""
+class _Site:
+    """One distinct launch of a step: its bindings and what watching it needs, computed once.
+    Every step repeats the same launches with the same pointers, so a launch looks its site up
+    by the arguments its bindings depend on, and the site is also the key of its observation
+    plan on the device (cuda_observe.py)."""
 
-    __slots__ = ("failure",)
+    __slots__ = ("bindings", "executed", "exempt", "reach")
 
-    def __init__(self, failure: str | None):
-        self.failure = failure
+    def __init__(
+        self,
+        bindings: tuple[Binding, ...],
+        exempt: dict[int, tuple[tuple[int, int, int, int], ...]],
+        reach: tuple[int, ...],
+    ):
+        self.bindings = bindings
+        self.executed = all(b.in_bounds for b in bindings)  # else refused: out of bounds
+        self.exempt = exempt  # per allocation: the boxes the launch may change it in
+        self.reach = reach  # the allocations the launch can reach (those its pointers land in)
 
 
 class Recorder:
@@ -94,16 +105,16 @@ class Recorder:
         self.step = 0
         # Every step repeats the same launches with the same pointers: a binding is computed
         # once per distinct (role, pointer, access, box) and shared (Binding is immutable), and
-        # a launch's bindings once per distinct set of the arguments they depend on.
+        # a launch's site (its bindings, exemptions, reach) once per distinct set of the
+        # arguments they depend on.
         self._bindings: dict[tuple, Binding] = {}
-        self._launch_bindings: dict[tuple, tuple[Binding, ...]] = {}
+        self._sites: dict[tuple, _Site] = {}
         self._trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
         # every buffer as it was after the last launch (made at the first watched launch)
         self._watch: Watch | StreamWatch | None = None
+        self._stream: StreamWatch | None = None  # the watch, when it queues (CUDA)
+        self._direct: Watch | None = None  # the watch, when it compares now (CPU)
         self._buffer_at: dict[int, str] = {}  # buffer name by base pointer
-        # per distinct set of bindings: the boxes each allocation may change in, and the
-        # allocations the launch can reach (those its pointers land in)
-        self._exempt: dict[tuple[int, ...], tuple[dict[int, tuple], tuple[int, ...]]] = {}
         # launches whose observation is queued on the device: (index, launch, failure)
         self._queued: list[tuple[int, Launch, str | None]] = []
         self.costs = cost_kinds.current()  # set while `egf-audit bench --profile` profiles
@@ -138,40 +149,67 @@ class Recorder:
         shape = (tensor.offset, tensor.rows, tensor.cols) if tensor else None
         return Binding(role, ptr, access, region, tensor.name if tensor else None, shape, in_bounds)
 
+    def _site(self, key: tuple, bindings: tuple[Binding, ...]) -> _Site:
+        """The site of the launches whose bindings depend on `key` alone, kept for the next."""
+        exempt: dict[int, tuple[tuple[int, int, int, int], ...]] = {}
+        reach: dict[int, None] = {}
+        for b in bindings:
+            if b.region is None:
+                continue
+            base = self.amap.bases[b.region.buffer]
+            reach[base] = None
+            if b.writes:
+                r = b.region
+                exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
+        site = self._sites[key] = _Site(bindings, exempt, tuple(reach))
+        return site
+
     def _record(
-        self, kind: str, name: str, label: str, args: dict, bindings: tuple, run: Callable[[], None]
+        self,
+        kind: str,
+        name: str,
+        label: str,
+        args: dict,
+        site: _Site | None,
+        run: Callable[[], None],
     ) -> None:
-        """Run the launch (unless refused) and, instrumented, append it with what it did."""
-        if not self.instrumented:
+        """Run the launch (unless refused) and, instrumented, append it with what it did.
+        `site` is None only when not instrumented."""
+        if site is None:
             try:
                 run()
             except LaunchFailed as exc:
                 raise AuditEnvironmentError(f"kernel {name} ({label}) {exc.what}") from None
             return
-        executed = all(b.in_bounds for b in bindings)
-        effects: Effects | _Queued | None = None
+        launches = self._trace.launches
+        index = len(launches)
+        executed = site.executed
+        effects: Effects | None = None
         failed_before = self.backend.failed_kernels.get(name) if kind == "kernel" else None
         if executed and failed_before is not None:
             executed, effects = False, Effects(not_run=failed_before)
         elif executed:
             if label in self.capture_inputs_of:
-                self._capture_inputs(label, bindings)
-            effects = self._observe(kind, name, label, bindings, run)
-        queued = effects if isinstance(effects, _Queued) else None
-        launch = Launch(
-            len(self._trace.launches),
-            self.step,
-            kind,
-            name,
-            label,
-            args,
-            bindings,
-            executed,
-            None if isinstance(effects, _Queued) else effects,
+                self._capture_inputs(label, site.bindings)
+            if self._watch is None:
+                self._start_watch()
+            failure = self._run(index, name, label, run)
+            stream = self._stream
+            if stream is not None:
+                # the observation is queued behind the launch; `settle` brings its findings
+                stream.queue(site, kind, name, site.reach, site.exempt, self.costs)
+                launch = recorded_launch(
+                    index, self.step, kind, name, label, args, site.bindings, True, None
+                )
+                launches.append(launch)
+                self._queued.append((index, launch, failure))
+                return
+            effects = self._observe(kind, site, failure)
+        launches.append(
+            recorded_launch(
+                index, self.step, kind, name, label, args, site.bindings, executed, effects
+            )
         )
-        self._trace.launches.append(launch)
-        if queued:
-            self._queued.append((launch.index, launch, queued.failure))
 
     def _timed(self, kind: str, work: Callable[[], Any]) -> Any:
         """`work`, charged to `kind` of the profile collecting now (none: just run it)."""
@@ -179,32 +217,37 @@ class Recorder:
             return work()
         return self.costs.timed(kind, self.backend.synchronize, work)
 
-    def _observe(
-        self, kind: str, name: str, label: str, bindings: tuple, run: Callable[[], None]
-    ) -> Effects | _Queued:
-        watch = self._watch
-        if watch is None:
-            bases = list(self.amap.bases.values())
-            watch = self._watch = self._timed(cost_kinds.SHADOWS, lambda: self.backend.watch(bases))
-        failure = None
+    def _start_watch(self) -> None:
+        """Copies of every buffer as it is now, made at the first watched launch."""
+        bases = list(self.amap.bases.values())
+        watch = self._watch = self._timed(cost_kinds.SHADOWS, lambda: self.backend.watch(bases))
+        if in_stream_order(watch):
+            self._stream = watch
+        else:
+            self._direct = watch
+
+    def _run(self, index: int, name: str, label: str, run: Callable[[], None]) -> str | None:
+        """Run a watched launch; what it reported when the process running it failed."""
         try:
             if self.costs is None:  # the common case: no wrapper per launch
                 run()
             else:
                 self._timed(cost_kinds.LAUNCH, run)
         except LaunchFailed as exc:
-            failure = exc.what
-            where = f"{self._trace.scenario} launch #{len(self._trace.launches)} ({label})"
-            self.backend.failed_kernels[name] = f"{name} {failure} at {where}"
-        key = tuple(map(id, bindings))  # bindings are memoised: their identity is stable
-        exempt, reach = self._exempt_of(key, bindings)
-        if in_stream_order(watch):
-            watch.queue(key, kind, name, reach, exempt, self.costs)
-            return _Queued(failure)
+            where = f"{self._trace.scenario} launch #{index} ({label})"
+            self.backend.failed_kernels[name] = f"{name} {exc.what} at {where}"
+            return exc.what
+        return None
+
+    def _observe(self, kind: str, site: _Site, failure: str | None) -> Effects:
+        """What the launch just run did, observed now (the CPU backend)."""
+        watch = self._direct
+        assert watch is not None  # made by _start_watch before the launch ran
         breaches: tuple[GuardBreach, ...] = ()
         if kind == "kernel":
             found = self._timed(cost_kinds.GUARDS, self.backend.guard_breaches)
             breaches = self._guard_breaches(found) if found else ()
+        exempt = site.exempt
         if self.costs is None:
             changes = watch.changes(exempt)
         else:
@@ -218,8 +261,8 @@ class Recorder:
         """Bring the findings of every queued observation onto its launch: one wait for the
         device, one copy of the findings. A launch the trace no longer holds (the bench clears
         its trace between steps) is skipped."""
-        watch = self._watch
-        if watch is None or not in_stream_order(watch) or not self._queued:
+        watch = self._stream
+        if watch is None or not self._queued:
             return
         found = self._timed(cost_kinds.READBACK, watch.collect)
         if len(found) != len(self._queued):
@@ -227,34 +270,21 @@ class Recorder:
                 f"{len(self._queued)} launches queued for observation, {len(found)} observed"
             )
         launches = self._trace.launches
+        held = len(launches)
         for (index, launch, failure), (strays, breaches) in zip(self._queued, found, strict=True):
-            if index < len(launches) and launches[index] is launch:
-                effects = Effects(
-                    self._stray_writes(strays), self._guard_breaches(breaches), failure
-                )
+            if index < held and launches[index] is launch:
                 # The recorder completes its own launch in place: its trace is handed out only
                 # settled, so no reader has seen the launch yet, and a new Launch per launch
                 # would cost as much as the rest of its recording.
-                object.__setattr__(launch, "effects", CONTAINED if effects.contained else effects)
+                if not strays and not breaches and failure is None:
+                    effects = CONTAINED
+                else:
+                    effects = Effects(
+                        self._stray_writes(strays), self._guard_breaches(breaches), failure
+                    )
+                    effects = CONTAINED if effects.contained else effects
+                object.__setattr__(launch, "effects", effects)
         self._queued.clear()
-
-    def _exempt_of(
-        self, key: tuple[int, ...], bindings: tuple[Binding, ...]
-    ) -> tuple[dict[int, tuple], tuple[int, ...]]:
-        memo = self._exempt.get(key)
-        if memo is None:
-            exempt: dict[int, tuple] = {}
-            reach: dict[int, None] = {}
-            for b in bindings:
-                if b.region is None:
-                    continue
-                base = self.amap.bases[b.region.buffer]
-                reach[base] = None
-                if b.writes:
-                    r = b.region
-                    exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
-            memo = self._exempt[key] = (exempt, tuple(reach))
-        return memo
 
     def _guard_breaches(self, found: list[BreachFound]) -> tuple[GuardBreach, ...]:
         names = self._names()
@@ -302,7 +332,6 @@ class Recorder:
         c: int,
         ldc: int,
     ) -> None:
-        bindings: tuple[Binding, ...] = ()
         args = {
             "transa": transa,
             "transb": transb,
@@ -336,24 +365,27 @@ class Recorder:
                 )
             )
             return
+        site = None
         if self.instrumented:
             c_access = "w" if beta == 0.0 else "rw"
             key = ("sgemm", transa, transb, m, n, k, a, lda, b, ldb, c, ldc, c_access)
-            cached = self._launch_bindings.get(key)
-            if cached is None:
+            site = self._sites.get(key)
+            if site is None:
                 boxes = gemm_operand_boxes(shape)
-                cached = self._launch_bindings[key] = (
-                    self._bind("A", a, "r", (0, *boxes["A"])),
-                    self._bind("B", b, "r", (0, *boxes["B"])),
-                    self._bind("C", c, c_access, (0, *boxes["C"])),
+                site = self._site(
+                    key,
+                    (
+                        self._bind("A", a, "r", (0, *boxes["A"])),
+                        self._bind("B", b, "r", (0, *boxes["B"])),
+                        self._bind("C", c, c_access, (0, *boxes["C"])),
+                    ),
                 )
-            bindings = cached
         self._record(
             "sgemm",
             "sgemm",
             label,
             args,
-            bindings,
+            site,
             lambda: self.backend.sgemm(
                 transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
             ),
@@ -364,35 +396,43 @@ class Recorder:
         values = [args[p] for p, _ in spec.params]
         threads = spec.threads(args)
         blocks = blocks_for(threads)
-        bindings: tuple[Binding, ...] = ()
+        site = None
         if self.instrumented:
             # Boxes depend on pointers and integer arguments only, never on float ones (Adam's
             # bias corrections change every step and would defeat the memo).
-            key = (name, *(args[p] for p in spec.layout_params))
-            cached = self._launch_bindings.get(key)
-            if cached is None:
-                cached = self._launch_bindings[key] = tuple(
-                    self._bind(a.param, args[a.param], a.mode, a.box(args)) for a in spec.accesses
+            key = (name, *[args[p] for p in spec.layout_params])
+            site = self._sites.get(key)
+            if site is None:
+                site = self._site(
+                    key,
+                    tuple(
+                        self._bind(a.param, args[a.param], a.mode, a.box(args))
+                        for a in spec.accesses
+                    ),
                 )
-            bindings = cached
         recorded = dict(args, grid=blocks, block=THREADS_PER_BLOCK)
         self._record(
             "kernel",
             name,
             label,
             recorded,
-            bindings,
+            site,
             lambda: self.backend.launch(spec, blocks, THREADS_PER_BLOCK, values),
         )
 
     def memset_zero(self, label: str, ptr: int, count: int) -> None:
-        bindings = (self._bind("dst", ptr, "w", (0, 1, count, count)),) if self.instrumented else ()
+        site = None
+        if self.instrumented:
+            key = ("memset", ptr, count)
+            site = self._sites.get(key)
+            if site is None:
+                site = self._site(key, (self._bind("dst", ptr, "w", (0, 1, count, count)),))
         self._record(
             "memset",
             "memset",
             label,
             {"dst": ptr, "value": 0, "count": count},
-            bindings,
+            site,
             lambda: self.backend.memset_zero(ptr, count),
         )
 
@@ -400,15 +440,18 @@ class Recorder:
         """A host-to-device write (batch, forced gate, injected values): a recorded launch too."""
         values = np.asarray(values)
         count = int(values.size)
-        bindings: tuple[Binding, ...] = ()
+        site = None
         if self.instrumented:
-            bindings = (self._bind("dst", dst, "w", (0, count, 1, stride)),)
+            key = ("upload", dst, count, stride)
+            site = self._sites.get(key)
+            if site is None:
+                site = self._site(key, (self._bind("dst", dst, "w", (0, count, 1, stride)),))
         self._record(
             "copy",
             "upload",
             label,
             {"dst": dst, "count": count, "stride": stride},
-            bindings,
+            site,
             lambda: self.backend.upload(dst, values, stride),
         )
 

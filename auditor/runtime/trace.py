@@ -139,6 +139,37 @@ class Launch:
         return any(b.writes and b.region and b.region.buffer == buffer for b in self.bindings)
 
 
+def recorded_launch(
+    index: int,
+    step: int,
+    kind: str,
+    name: str,
+    label: str,
+    args: dict[str, Any],
+    bindings: tuple[Binding, ...],
+    executed: bool,
+    effects: Effects | None,
+) -> Launch:
+    """`Launch(index, step, kind, name, label, args, bindings, executed, effects)`, the same
+    object, made without the frozen dataclass's `__init__` (one `object.__setattr__` a field):
+    the recorder makes one per launch, and that `__init__` cost as much as the rest of a
+    launch's bookkeeping. `tests/test_recorder_costs.py` holds it to `Launch`'s fields."""
+    launch = object.__new__(Launch)
+    vars(launch).update(
+        index=index,
+        step=step,
+        kind=kind,
+        name=name,
+        label=label,
+        args=args,
+        bindings=bindings,
+        executed=executed,
+        effects=effects,
+        refused=None,
+    )
+    return launch
+
+
 class Snapshot(Mapping):
     """The buffers copied at one checkpoint. The copies stay where the backend made them (on
     the GPU: device memory, so a checkpoint costs a device-to-device copy, not a host round

@@ -239,13 +239,21 @@ class CpuWatch:
         self._ptrs = list(ptrs)
         self._watcher = watcher
         self._index = {p: i for i, p in enumerate(self._ptrs)}
+        # the exemptions as the C scan takes them, by the identity of the recorder's memoised
+        # exemptions (each kept here, so that its id names it alone)
+        self._flat: dict[int, tuple[dict, list[int]]] = {}
 
     def changes(
         self, exempt: dict[int, tuple[tuple[int, int, int, int], ...]]
     ) -> list[tuple[int, int, int, int, int]]:
-        """One C call: the comparison, the exemptions and the shadow refresh (guarded_memory)."""
-        flat = [v for p, boxes in exempt.items() for box in boxes for v in (self._index[p], *box)]
+        """One C call: the comparison, the exemptions and the shadow refresh (guarded_memory).
+        `exempt` is read once per distinct object: it must not change after its first call."""
+        memo = self._flat.get(id(exempt))
+        if memo is None or memo[0] is not exempt:
+            index = self._index
+            flat = [v for p, boxes in exempt.items() for box in boxes for v in (index[p], *box)]
+            memo = self._flat[id(exempt)] = (exempt, flat)
         return [
             (self._ptrs[i], first, count, old, new)
-            for i, first, count, old, new in self._watcher.changes(flat)
+            for i, first, count, old, new in self._watcher.changes(memo[1])
         ]

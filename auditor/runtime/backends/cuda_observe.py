@@ -41,9 +41,11 @@ def _function() -> tuple[Any, Any]:
 
 
 class _Call:
-    """egf_observe launched through cuLaunchKernel with one argument block kept between calls:
+    """egf_observe launched through cuLaunchKernel with an argument block kept between calls:
     the driver copies the arguments at each launch, so only the values are set. CuPy's generic
-    launch costs several microseconds of Python per call, and there is one call per launch."""
+    launch costs several microseconds of Python per call, and there is one call per launch.
+    Each plan keeps a block of its own (`_Plan.call`) whose values stay set but for the two
+    that move from launch to launch: the first slot and the first zone counter."""
 
     TYPES = (
         ctypes.c_uint64,  # tasks
@@ -58,6 +60,8 @@ class _Call:
         ctypes.c_uint64,  # zone_counts
     )
 
+    SLOT_BASE, ZONE_COUNTS = 4, 9  # the values that move
+
     def __init__(self) -> None:
         self._module, function = _function()  # the module must outlive the function
         self.function = function.kernel.ptr  # RawKernel.kernel: the loaded CUfunction
@@ -65,14 +69,23 @@ class _Call:
         self.block = (ctypes.c_void_p * len(self.values))(
             *(ctypes.addressof(v) for v in self.values)
         )
+        self.address = ctypes.addressof(self.block)
+        self.slot_base = self.values[self.SLOT_BASE]
+        self.zone_counts = self.values[self.ZONE_COUNTS]
 
-    def __call__(self, blocks: int, stream: int, *values: int) -> None:
+    def set(self, *values: int) -> None:
         for slot, value in zip(self.values, values, strict=True):
             slot.value = value
+
+    def launch(self, blocks: int, stream: int) -> None:
+        """egf_observe with the values as they are set now."""
         cupy.cuda.driver.launchKernel(
-            self.function, blocks, 1, 1, records.THREADS, 1, 1, 0, stream,
-            ctypes.addressof(self.block), 0,
-        )  # fmt: skip
+            self.function, blocks, 1, 1, records.THREADS, 1, 1, 0, stream, self.address, 0
+        )
+
+    def __call__(self, blocks: int, stream: int, *values: int) -> None:
+        self.set(*values)
+        self.launch(blocks, stream)
 
 
 @dataclass(frozen=True)
@@ -102,13 +115,56 @@ def zone_table(wholes: dict[int, Any], guarded: bool) -> ZoneTable:
     return ZoneTable(table, tuple(wholes) if guarded else ())
 
 
-@dataclass(frozen=True)
 class _Plan:
-    table: Any  # cupy int64: the tasks, then the boxes (kept alive: the kernel reads it)
-    tasks: int
-    reach: tuple[int, ...]  # the allocations compared, in slot order
-    address: int  # of the tasks
-    boxes: int  # address of the boxes
+    """One launch's observation, made once: its comparison's table on the device and, set in
+    an argument block of its own, every value of its egf_observe call but the first slot and
+    the first zone counter (`aim` sets the zone table's, which changes with the
+    allocations)."""
+
+    __slots__ = (
+        "bases",
+        "blocks",
+        "call",
+        "kind",
+        "n_zones",
+        "name",
+        "reach",
+        "table",
+        "tasks",
+        "zones",
+    )
+
+    def __init__(self, kind: str, name: str, table: Any, tasks: int, reach: tuple[int, ...]):
+        self.kind, self.name = kind, name  # what the plan was made for
+        self.table = table  # cupy int64: the tasks, then the boxes (kept alive: the kernel reads)
+        self.tasks = tasks
+        self.reach = reach  # the allocations compared, in slot order
+        self.call = _Call()
+        self.zones: ZoneTable | None = None  # the zone table the block is aimed at
+        self.bases: tuple[int, ...] = ()  # the allocations whose zones the scan covers
+        self.n_zones = 0
+        self.blocks = tasks  # of the egf_observe call: the tasks', then the zone scan's
+
+    @property
+    def address(self) -> int:
+        """Of the tasks."""
+        return int(self.table.data.ptr)
+
+    @property
+    def boxes(self) -> int:
+        """Address of the boxes."""
+        return self.address + 8 * records.TASK * self.tasks
+
+    def aim(self, zones: ZoneTable | None, slots: int) -> None:
+        """Set the block's values for the guard zones of `zones` (None: no scan) and the slots
+        at `slots`."""
+        self.zones, self.n_zones = zones, zones.count if zones else 0
+        self.bases = zones.bases if zones else ()
+        self.blocks = self.tasks + records.zone_blocks(self.n_zones, GUARD_ELEMENTS)
+        self.call.set(
+            self.address, self.tasks, self.boxes, slots, 0,
+            zones.address if zones else 0, self.n_zones, GUARD_ELEMENTS, CANARY_BITS, 0,
+        )  # fmt: skip
 
 
 class StreamObserver:
@@ -136,23 +192,22 @@ class StreamObserver:
         self._counters_at = int(self._counters.data.ptr)
         self._plans: dict[object, _Plan] = {}
         # launches queued since the last read-back: (first slot, reach, first zone counter,
-        # zone table or None)
-        self._queued: list[tuple[int, tuple[int, ...], int, ZoneTable | None]] = []
+        # the allocations whose zones its scan covered, () when none)
+        self._queued: list[tuple[int, tuple[int, ...], int, tuple[int, ...]]] = []
         self._slots_used = 0
         self._counters_used = 0
         self._found: list[tuple[list[StrayFound], list[BreachFound]]] = []
 
     def _plan(self, key: object, kind: str, name: str, reach: Sequence[int], exempt: dict) -> _Plan:
-        plan = self._plans.get((key, kind, name))
-        if plan is None:
-            everything = kind == "kernel" and self._untrusted(name)
-            watched = tuple(p for p in (self._memory if everything else reach) if p in self._memory)
-            table, tasks = records.plan(watched, self._memory, exempt)
-            with self._stream():
-                device = cupy.asarray(table)
-            address = int(device.data.ptr)
-            plan = _Plan(device, tasks, watched, address, address + 8 * records.TASK * tasks)
-            self._plans[(key, kind, name)] = plan
+        """The plan of the launches `key` names, made at the first (a key names one kind and
+        name of launch; the recorder's sites do)."""
+        everything = kind == "kernel" and self._untrusted(name)
+        watched = tuple(p for p in (self._memory if everything else reach) if p in self._memory)
+        table, tasks = records.plan(watched, self._memory, exempt)
+        with self._stream():
+            device = cupy.asarray(table)
+        plan = self._plans[key] = _Plan(kind, name, device, tasks, watched)
+        plan.aim(self._zones() if kind == "kernel" else None, self._slots_at)
         return plan
 
     def queue(
@@ -164,39 +219,53 @@ class StreamObserver:
         exempt: dict[int, tuple[tuple[int, int, int, int], ...]],
         costs: Costs | None = None,
     ) -> None:
-        plan = self._plan(key, kind, name, reach, exempt)
-        zones = self._zones() if kind == "kernel" else None
-        n_zones = zones.count if zones else 0
+        plan = self._plans.get(key)
+        if plan is None or plan.kind != kind or plan.name != name:
+            plan = self._plan(key, kind, name, reach, exempt)
+        if kind == "kernel":
+            zones = self._zones()
+            if zones is not plan.zones:  # the allocations changed since the plan was aimed
+                plan.aim(zones, self._slots_at)
+        n_zones = plan.n_zones
         if self._slots_used + len(plan.reach) > SLOTS or (
             self._counters_used + 3 * n_zones > ZONE_COUNTERS
         ):
             self._read_back()
         stream = self._stream()
-        counters = self._counters_at + 4 * self._counters_used
-        head = (plan.boxes, self._slots_at, self._slots_used, zones.address if zones else 0)
-        tail = (GUARD_ELEMENTS, CANARY_BITS, counters)
-        zone_blocks = records.zone_blocks(n_zones, GUARD_ELEMENTS)
-        table = plan.address
+        call = plan.call
+        call.slot_base.value = self._slots_used
+        call.zone_counts.value = self._counters_at + 4 * self._counters_used
         if costs is None:
-            if plan.tasks + zone_blocks:
-                blocks = plan.tasks + zone_blocks
-                self._call(blocks, stream.ptr, table, plan.tasks, *head, n_zones, *tail)
+            if plan.blocks:
+                call.launch(plan.blocks, stream.ptr)
         else:  # apart, so that the profile tells the two kinds of work apart
-            if plan.tasks:
-                costs.timed(
-                    cost_kinds.COMPARISONS,
-                    stream.synchronize,
-                    lambda: self._call(plan.tasks, stream.ptr, table, plan.tasks, *head, 0, *tail),
-                )
-            if zone_blocks:
-                costs.timed(
-                    cost_kinds.GUARDS,
-                    stream.synchronize,
-                    lambda: self._call(zone_blocks, stream.ptr, table, 0, *head, n_zones, *tail),
-                )
-        self._queued.append((self._slots_used, plan.reach, self._counters_used, zones))
+            self._queue_apart(plan, stream, costs)
+        # (first slot, reach, first zone counter, the allocations whose zones it scans): as
+        # records.decode reads them
+        self._queued.append((self._slots_used, plan.reach, self._counters_used, plan.bases))
         self._slots_used += len(plan.reach)
         self._counters_used += 3 * n_zones
+
+    def _queue_apart(self, plan: _Plan, stream: Any, costs: Costs) -> None:
+        """The plan's comparison and its zone scan as two launches, each timed on its own."""
+        values = [v.value for v in plan.call.values]
+        tasks, n_zones = plan.tasks, plan.n_zones
+        zone_blocks = records.zone_blocks(n_zones, GUARD_ELEMENTS)
+        apart = self._call
+        if tasks:
+            values[1], values[6] = tasks, 0
+
+            def compare() -> None:
+                apart(tasks, stream.ptr, *values)
+
+            costs.timed(cost_kinds.COMPARISONS, stream.synchronize, compare)
+        if zone_blocks:
+            values[1], values[6] = 0, n_zones
+
+            def scan() -> None:
+                apart(zone_blocks, stream.ptr, *values)
+
+            costs.timed(cost_kinds.GUARDS, stream.synchronize, scan)
 
     def collect(self) -> list[tuple[list[StrayFound], list[BreachFound]]]:
         self._read_back()
@@ -223,7 +292,6 @@ class StreamObserver:
                 )
             if counted:
                 cupy.cuda.runtime.memsetAsync(self._counters_at, 0, counted * 4, stream.ptr)
-        queued = [(s, reach, c, z.bases if z else ()) for s, reach, c, z in self._queued]
-        self._found += records.decode(slots, counters, queued, GUARD_ELEMENTS)
+        self._found += records.decode(slots, counters, self._queued, GUARD_ELEMENTS)
         self._queued = []
         self._slots_used = self._counters_used = 0
