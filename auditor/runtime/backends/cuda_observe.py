@@ -125,12 +125,14 @@ class _Plan:
         "bases",
         "blocks",
         "call",
+        "counters",
         "kind",
         "n_zones",
         "name",
         "reach",
         "table",
         "tasks",
+        "width",
         "zones",
     )
 
@@ -139,10 +141,12 @@ class _Plan:
         self.table = table  # cupy int64: the tasks, then the boxes (kept alive: the kernel reads)
         self.tasks = tasks
         self.reach = reach  # the allocations compared, in slot order
+        self.width = len(reach)  # slots a launch takes
         self.call = _Call()
         self.zones: ZoneTable | None = None  # the zone table the block is aimed at
         self.bases: tuple[int, ...] = ()  # the allocations whose zones the scan covers
         self.n_zones = 0
+        self.counters = 0  # zone counters a launch takes: three a zone
         self.blocks = tasks  # of the egf_observe call: the tasks', then the zone scan's
 
     @property
@@ -160,6 +164,7 @@ class _Plan:
         at `slots`."""
         self.zones, self.n_zones = zones, zones.count if zones else 0
         self.bases = zones.bases if zones else ()
+        self.counters = 3 * self.n_zones
         self.blocks = self.tasks + records.zone_blocks(self.n_zones, GUARD_ELEMENTS)
         self.call.set(
             self.address, self.tasks, self.boxes, slots, 0,
@@ -226,9 +231,9 @@ class StreamObserver:
             zones = self._zones()
             if zones is not plan.zones:  # the allocations changed since the plan was aimed
                 plan.aim(zones, self._slots_at)
-        n_zones = plan.n_zones
-        if self._slots_used + len(plan.reach) > SLOTS or (
-            self._counters_used + 3 * n_zones > ZONE_COUNTERS
+        if (
+            self._slots_used + plan.width > SLOTS
+            or self._counters_used + plan.counters > ZONE_COUNTERS
         ):
             self._read_back()
         stream = self._stream()
@@ -243,8 +248,8 @@ class StreamObserver:
         # (first slot, reach, first zone counter, the allocations whose zones it scans): as
         # records.decode reads them
         self._queued.append((self._slots_used, plan.reach, self._counters_used, plan.bases))
-        self._slots_used += len(plan.reach)
-        self._counters_used += 3 * n_zones
+        self._slots_used += plan.width
+        self._counters_used += plan.counters
 
     def _queue_apart(self, plan: _Plan, stream: Any, costs: Costs) -> None:
         """The plan's comparison and its zone scan as two launches, each timed on its own."""

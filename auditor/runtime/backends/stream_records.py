@@ -171,16 +171,19 @@ def decode(
     allocations whose zones its scan covered, () when none). Findings keep slot order and zone
     order; a breach's distance is from the buffer's edge to the nearest changed canary."""
     found: list[tuple[list[StrayFound], list[BreachFound]]] = [([], []) for _ in queued]
-    firsts = np.array([q[0] for q in queued], np.int64)
-    for s in np.flatnonzero(slots[:, 2]) if len(slots) else ():
+    changed = np.flatnonzero(slots[:, 2]) if len(slots) else ()
+    breached = np.flatnonzero(counters[0::3]) if len(counters) else ()  # breached zones only
+    # which launch a slot or a counter is of, looked up only when something was found
+    firsts = np.array([q[0] for q in queued], np.int64) if len(changed) else None
+    starts = np.array([q[2] for q in queued], np.int64) if len(breached) else None
+    for s in changed:
         q = int(np.searchsorted(firsts, s, side="right")) - 1
         first, reach, _, _ = queued[q]
         old_key, new_key, count = (int(v) for v in slots[s])
         found[q][0].append(
             (reach[s - first], old_key >> 32, count, old_key & 0xFFFFFFFF, new_key & 0xFFFFFFFF)
         )
-    starts = np.array([q[2] for q in queued], np.int64)
-    for hit in np.flatnonzero(counters[0::3]) if len(counters) else ():  # breached zones only
+    for hit in breached:
         q = int(np.searchsorted(starts, 3 * hit, side="right")) - 1
         while not queued[q][3]:  # a launch without a scan holds no counters: an earlier one
             q -= 1
