@@ -212,7 +212,11 @@ def load_inputs(snaps: StepSnapshots, dims: DimsView) -> StepInputs:
         isv: torch.Tensor | Missing = snaps.array(AFTER_LOSSES, "isv_signals").reshape(-1)
     except Missing as exc:
         isv = exc
-    alpha_at = isv[ALPHA_GRAD_SMOOTHED_INDEX].double() if _longer(isv) else None
+    alpha_at = (
+        isv[ALPHA_GRAD_SMOOTHED_INDEX].double()
+        if isinstance(isv, torch.Tensor) and _longer(isv)
+        else None
+    )
     low_high = [torch.aminmax(actions, dim=0)] if actions.numel() else []
     if isinstance(labels, torch.Tensor) and labels.numel():
         low_high.append(torch.aminmax(labels))

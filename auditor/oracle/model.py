@@ -65,7 +65,7 @@ def forward(
     obs: torch.Tensor,
     context: list[torch.Tensor | None],
     masks: Masks,
-    alpha: float | None = None,
+    alpha: float | torch.Tensor | None = None,
 ) -> NetPass:
     """The network of SPEC section 2, Forward, with the ReLUs replaced by the given masks.
     `context[d]` is branch d's extra columns (d >= 1; context[0] is unused: the wire). With

@@ -177,6 +177,7 @@ def decode(
     firsts = np.array([q[0] for q in queued], np.int64) if len(changed) else None
     starts = np.array([q[2] for q in queued], np.int64) if len(breached) else None
     for s in changed:
+        assert firsts is not None  # made above whenever a slot changed
         q = int(np.searchsorted(firsts, s, side="right")) - 1
         first, reach, _, _ = queued[q]
         old_key, new_key, count = (int(v) for v in slots[s])
@@ -184,6 +185,7 @@ def decode(
             (reach[s - first], old_key >> 32, count, old_key & 0xFFFFFFFF, new_key & 0xFFFFFFFF)
         )
     for hit in breached:
+        assert starts is not None  # made above whenever a zone was breached
         q = int(np.searchsorted(starts, 3 * hit, side="right")) - 1
         while not queued[q][3]:  # a launch without a scan holds no counters: an earlier one
             q -= 1
