@@ -264,12 +264,15 @@ def test_a_pointer_array_call_whose_arrays_were_not_read_is_listed_never_passed(
     assert verdict.summary.startswith("1 of 1 GEMMs cannot be judged: cublasSgemmBatched: the")
 
 
-def _lt_event(events: Events, ld_d: int = 8, order: int = 0, a: int | None = None) -> None:
+def _lt_event(
+    events: Events, ld_d: int = 8, order: int = 0, a: int | None = None, **scalars: int
+) -> None:
     """A batched cublasLtMatmul S_b = Q_b·K_bᵀ, as the recorder writes it from the call's own
     descriptors: layouts [type, order, rows, cols, ld, batch, stride]; desc [compute, scale,
-    pointer mode, transa, transb]."""
+    pointer mode, transa, transb]; alpha_bits and beta_bits where it read them."""
     events.add(
         "ltmatmul",
+        **scalars,
         a=at("K") if a is None else a,
         b=at("Q"),
         c=at("S"),
@@ -301,6 +304,24 @@ def test_a_cublaslt_matmul_is_bound_from_its_layouts(tmp_path):
     assert a["beta"] is None  # not in cuBLASLt's log: C counts as read and written
     assert {op.role: op.access for op in gemm_operands(a)}["C"] == "rw"
     assert _verdicts(folder)["EGF001"].status == PASS
+
+
+@pytest.mark.parametrize("beta, c_access", [(1.0, "rw"), (0.0, "w"), (0.5, "rw")])
+def test_a_cublaslt_matmuls_scalars_are_read_from_the_bits_the_recorder_wrote(
+    tmp_path, beta, c_access
+):
+    """In place (C = D): beta = 0 writes C without reading it, any other beta accumulates."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    bits = {"alpha_bits": _f32_bits(1.0), "beta_bits": _f32_bits(beta)}
+    _lt_event(events, **bits)
+    (gemm,) = _gemms(events.write(tmp_path / "c", layout=LAYOUT))
+    assert (gemm.args["alpha"], gemm.args["beta"]) == (1.0, beta)
+    assert {op.role: op.access for op in gemm_operands(gemm.args)}["C"] == c_access
+
+
+def _f32_bits(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
 def test_a_cublaslt_layout_in_row_order_is_listed_as_not_judged(tmp_path):

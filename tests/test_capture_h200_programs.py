@@ -181,3 +181,20 @@ def test_llmc_one_token_in_matmul_backward_is_caught_by_the_generic_egf001():
     assert status == "fail"
     assert "operand B spans 127 of 128 columns of dresidual" in summary
     assert _verdict(LLMC / "llmc-planted", "EGF001", use_layout=False)[0] == "pass"
+
+
+def test_the_cublaslt_trainer_recorded_without_its_scalars_fails_egf007_closed():
+    """This recording predates the recorder's reading of cuBLASLt's alpha and beta: beta is
+    unknown, so the in-place dX GEMM into d_h_s2 cannot be shown to accumulate and EGF007
+    fails rather than trust it; every other invariant gets the clean trainer's verdict."""
+    gemms = [r for r in _process(RUNTIME / "rt-gemm-lt").records if r.kind == "gemm"]
+    assert gemms and all(r.args["beta"] is None for r in gemms)
+    for use_layout in (True, False):
+        statuses = _statuses(RUNTIME / "rt-gemm-lt", use_layout)
+        clean = _statuses(DATA / "clean", use_layout)
+        assert statuses["EGF007"] == "fail"
+        assert {k: v for k, v in statuses.items() if k != "EGF007"} == {
+            k: v for k, v in clean.items() if k != "EGF007"
+        }
+    status, summary = _verdict(RUNTIME / "rt-gemm-lt", "EGF007")
+    assert "cublasLtMatmul@cql" in summary and "overwrites d_h_s2 after its zeroing" in summary
