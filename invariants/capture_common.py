@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.runtime.capture_model import HASH_FNV1A, HASH_MIX64
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
 from egf_audit.runtime.trace import Missing
 
@@ -23,12 +24,17 @@ if TYPE_CHECKING:
     from egf_audit.runtime.capture_model import CaptureTrace, Site, SnapshotRegion
     from egf_audit.runtime.trace import Launch
 
-FNV_OFFSET = 1469598103934665603  # the recorder's seed (egf_capture_recorder.c, write_region)
+FNV_OFFSET = 1469598103934665603  # the earlier recorders' seed (fnv1a captures)
 FNV_PRIME = 0x100000001B3
 MASK64 = (1 << 64) - 1
-# a region's kept values are checked against its recorded hash up to this many elements (the
-# hash is computed here byte by byte; larger regions are trusted as the recorder hashed them)
+# an fnv1a region's kept values are checked against its recorded hash up to this many elements
+# (that hash is computed here byte by byte; larger regions are trusted as the recorder hashed
+# them); a mix64 region's are checked whatever its size
 HASH_CHECK_MAX = 1 << 18
+# the recorder's region_hash (egf_capture_recorder.c): splitmix64's finaliser over each
+# element's bits plus its index times MIX64_STEP, summed modulo 2**64
+MIX64_STEP, MIX64_M1, MIX64_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+MIX64_CHUNK = 1 << 20  # elements mixed at a time: bounds the temporaries to a few MiB
 
 
 # ---- the contract (SPEC section 3), from the layout's dims ----
@@ -166,9 +172,31 @@ def all_values(r: SnapshotRegion, what: str) -> np.ndarray:
             f"{what}: {r.values.size} of {r.elements} values kept (capture without --values-max "
             "to judge every element)"
         )
-    if r.elements <= HASH_CHECK_MAX and fnv1a_hex(r.values) != r.hash:
+    checked = r.hash_kind == HASH_MIX64 or r.elements <= HASH_CHECK_MAX
+    if checked and region_hash_hex(r.values, r.hash_kind) != r.hash:
         raise Missing(f"{what}: the kept values disagree with the recorder's hash of them")
     return r.values
+
+
+def region_hash_hex(values: np.ndarray, kind: str) -> str:
+    """The recorder's hash of a whole region (no column left out), of the kind its capture
+    names, as the hex it writes."""
+    return mix64_hex(values) if kind == HASH_MIX64 else fnv1a_hex(values)
+
+
+def mix64_hex(values: np.ndarray) -> str:
+    """region_hash of egf_capture_recorder.c over every element, in numpy (uint64 arithmetic
+    wraps as C's does)."""
+    bits = np.ascontiguousarray(values, dtype="<f4").reshape(-1).view("<u4")
+    total = 0
+    for low in range(0, bits.size, MIX64_CHUNK):
+        part = bits[low : low + MIX64_CHUNK].astype(np.uint64)
+        z = part + np.arange(low, low + part.size, dtype=np.uint64) * np.uint64(MIX64_STEP)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX64_M1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX64_M2)
+        z ^= z >> np.uint64(31)
+        total = (total + int(z.sum(dtype=np.uint64))) & MASK64
+    return f"{total:016x}"
 
 
 def fnv1a_hex(values: np.ndarray) -> str:
@@ -179,8 +207,11 @@ def fnv1a_hex(values: np.ndarray) -> str:
     return f"{h:016x}"
 
 
-def zeros_hash(elements: int) -> str:
-    """The hash of `elements` +0.0 values: every byte is 0, so each step only multiplies."""
+def zeros_hash(elements: int, kind: str = HASH_FNV1A) -> str:
+    """The hash of `elements` +0.0 values of the kind a capture names (fnv1a: every byte is 0,
+    so each step only multiplies)."""
+    if kind == HASH_MIX64:
+        return mix64_hex(np.zeros(elements, dtype=np.float32))
     return f"{(FNV_OFFSET * pow(FNV_PRIME, 4 * elements, 1 << 64)) & MASK64:016x}"
 
 

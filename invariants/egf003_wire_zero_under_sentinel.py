@@ -228,7 +228,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         if scale is None:
             problems.append(f"{at}: no {SCALE_KERNEL} at this call site: the wire is not gated")
         elif scale.wire_after is not None:
-            if scale.wire_after.hash != zeros_hash(scale.wire_after.elements):
+            after = scale.wire_after
+            if after.hash != zeros_hash(after.elements, after.hash_kind):
                 problems.append(f"{at}: ISV[393] = 0 but the scale left a wire row not +0.0")
             elif (bits(scale.wire_after.values) != 0).any():
                 problems.append(f"{at}: ISV[393] = 0 but a kept wire value is not +0.0")

@@ -64,28 +64,39 @@ POOL_UNIT = 512  # CuPy's memory pool rounds every block up to a multiple of 512
 _CARRAY, _CINDEXER = [32, 0], [24, 0]
 
 
-def recorder_fnv_constants(source: str) -> tuple[int, int]:
-    """(offset basis, prime) of the hash as the recorder's C source spells them: the start
-    value of `h` in write_region (not the textbook FNV-1a offset basis) and the multiplier in
-    fnv1a. Read from the source, not restated, so the emulation hashes as the shipped recorder
-    does."""
-    region = re.search(r"write_region\(.*?uint64_t h = (\d+)ULL;", source, re.S)
-    prime = re.search(r"h = \(h \^ p\[i\]\) \* (\d+)ULL;", source)
-    if region is None or prime is None:
-        raise RuntimeError(f"{RECORDER_SOURCE}: the hash constants of write_region/fnv1a moved")
-    return int(region.group(1)), int(prime.group(1))
+def recorder_mix64_constants(source: str) -> tuple[int, int, int]:
+    """(index step, first and second multiplier) of the recorder's region hash as its C source
+    spells them (mix64_element). Read from the source, not restated, so the emulation hashes as
+    the shipped recorder does."""
+    found = re.search(
+        r"mix64_element\(.*?index \* (0x[0-9A-F]+)ULL;.*?>> 30\)\) \* (0x[0-9A-F]+)ULL;"
+        r".*?>> 27\)\) \* (0x[0-9A-F]+)ULL;",
+        source,
+        re.S,
+    )
+    if found is None or '\\"hash\\":\\"mix64\\"' not in source:
+        raise RuntimeError(f"{RECORDER_SOURCE}: the region hash (mix64_element) moved")
+    step, m1, m2 = (int(g, 16) for g in found.groups())
+    return step, m1, m2
 
 
-FNV_OFFSET, FNV_PRIME = recorder_fnv_constants(RECORDER_SOURCE.read_text(encoding="utf-8"))
+MIX64_STEP, MIX64_M1, MIX64_M2 = recorder_mix64_constants(
+    RECORDER_SOURCE.read_text(encoding="utf-8")
+)
 
 
-def fnv1a64(data: bytes) -> int:
-    """The recorder's hash of a region: `fnv1a` over `data` byte by byte, from write_region's
-    start value."""
-    h = FNV_OFFSET
-    for byte in data:
-        h = ((h ^ byte) * FNV_PRIME) & _MASK64
-    return h
+def mix64(host: np.ndarray, ld: int, skip_col: int) -> int:
+    """The recorder's region_hash: each element's bits plus its index times the step, through
+    splitmix64's finaliser, summed modulo 2**64; column `skip_col` of rows of `ld` left out."""
+    bits = np.ascontiguousarray(host, dtype="<f4").view("<u4").astype(np.uint64)
+    index = np.arange(bits.size, dtype=np.uint64)
+    z = bits + index * np.uint64(MIX64_STEP)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX64_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX64_M2)
+    z ^= z >> np.uint64(31)
+    if skip_col >= 0 and ld > 0:
+        z = z[index % np.uint64(ld) != np.uint64(skip_col)]
+    return int(z.sum(dtype=np.uint64))
 
 
 def raw_parameter(ctype: str, value: Any) -> tuple[int, int]:
@@ -194,9 +205,6 @@ class EventFiles:
         of the first values_max elements (none for the body of a matrix)."""
         host = np.ascontiguousarray(host, dtype="<f4")
         count = host.size
-        hashed = host
-        if skip_col >= 0 and ld > 0:
-            hashed = host[np.arange(count) % ld != skip_col]
         keep = min(count, self.values_max)
         if skip_col >= 0:
             keep = 0
@@ -214,7 +222,7 @@ class EventFiles:
             rows=rows,
             ld=ld,
             skip_col=skip_col,
-            hash=f"{fnv1a64(hashed.tobytes()):016x}",
+            hash=f"{mix64(host, ld, skip_col):016x}",
             offset=offset,
             count=keep,
         )
@@ -418,6 +426,7 @@ def capture_standin(
         cupti_version=CUPTI_VERSION,
         subscribe=0,
         param_info=True,
+        hash="mix64",
     )
     files.note(f"cublas logger attached: {CUBLAS_LIBRARY}")
     backends: list[Any] = []

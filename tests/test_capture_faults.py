@@ -16,9 +16,8 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-from cpu_capture import FNV_OFFSET, FNV_PRIME, capture_standin, sgemm_log
+from cpu_capture import MIX64_M1, MIX64_M2, MIX64_STEP, capture_standin, mix64, sgemm_log
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.events import parse_cublas, read_capture
@@ -157,9 +156,10 @@ def test_the_exceptions_name_real_faults_and_decided_invariants():
 
 # ---- the emulation itself ----
 def test_the_checks_hash_regions_as_the_recorder_does():
-    """The capture checks recompute the recorder's FNV-1a (a zeroed wire column, kept values
-    against their region's hash) with the constants of egf_capture_recorder.c."""
-    assert (capture_common.FNV_OFFSET, capture_common.FNV_PRIME) == (FNV_OFFSET, FNV_PRIME)
+    """The capture checks recompute the recorder's region hash (a zeroed wire column, kept
+    values against their region's hash) with the constants of egf_capture_recorder.c."""
+    constants = (capture_common.MIX64_STEP, capture_common.MIX64_M1, capture_common.MIX64_M2)
+    assert constants == (MIX64_STEP, MIX64_M1, MIX64_M2)
 
 
 def test_cublas_log_lines_read_back_to_the_call():
@@ -348,8 +348,6 @@ def test_kept_values_are_the_hashed_ones(captures):
     (proc,) = read_capture(captures["clean", True])
     complete = [s for s in proc.snapshots if s.complete]
     assert complete
+    assert {s.hash_kind for s in proc.snapshots} == {"mix64"}
     for s in complete:
-        h = FNV_OFFSET
-        for byte in np.ascontiguousarray(s.values, "<f4").tobytes():
-            h = ((h ^ byte) * FNV_PRIME) & ((1 << 64) - 1)
-        assert f"{h:016x}" == s.hash
+        assert f"{mix64(s.values, 0, -1):016x}" == s.hash

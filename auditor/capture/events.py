@@ -46,7 +46,13 @@ import numpy as np
 
 from egf_audit.errors import UsageError
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import ProcessCapture, Record, SnapshotRegion
+from egf_audit.runtime.capture_model import (
+    HASH_FNV1A,
+    HASH_KINDS,
+    ProcessCapture,
+    Record,
+    SnapshotRegion,
+)
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     CONCAT_KERNEL,
@@ -239,6 +245,8 @@ FIELDS: dict[str, dict[str, Check]] = {
     "exit": {"pid": PID},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
+    # how the recorder hashed its snapshot regions (absent: fnv1a, recorders before mix64)
+    "init": {"hash": _one_of(*HASH_KINDS)},
     # on a launch whose parameters could not be read: -1 no CUfunction was found for it, -2 the
     # driver has no cuFuncGetParamInfo, else that call's CUresult for the first parameter
     # "via": the runtime call (cudaLaunchKernel, ...) inside which the runtime made this launch
@@ -779,6 +787,7 @@ def read_process(events_path: Path) -> ProcessCapture:
         first = min(s.line for waiting in waiting_launch.values() for s in waiting)
         _refuse(f"{name} line {first}", "a step_start snapshot that no kernel launch follows")
     values = _snapshot_bytes(name, _snapshots_file(events_path.parent, pid), snaps)
+    hash_kind = (proc.init or {}).get("hash", HASH_FNV1A)
     for s in snaps:
         e = s.event
         start = e["offset"] // 4
@@ -794,6 +803,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                 e["rows"],
                 e["ld"],
                 e["skip_col"],
+                hash_kind,
             )
         )
     proc.ended = last_ev == "exit"

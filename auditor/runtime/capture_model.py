@@ -28,6 +28,12 @@ from egf_audit.runtime.trace import BufferLayout, Trace
 MAX_BATCHES_BOUND = 4096  # a pointer-array call binds each batch; the recorder reads this many
 
 
+# How a recorder hashed its snapshot regions (its init event's "hash"; absent: fnv1a, the
+# byte-by-byte FNV-1a of recorders before mix64). invariants/capture_common.py computes both.
+HASH_FNV1A, HASH_MIX64 = "fnv1a", "mix64"
+HASH_KINDS = (HASH_FNV1A, HASH_MIX64)
+
+
 @dataclass(frozen=True)
 class GemmOperand:
     """One operand of one batch of a GEMM call: where it starts, its element size, and its
@@ -92,9 +98,10 @@ class Record:
 
 @dataclass(frozen=True)
 class SnapshotRegion:
-    """One snapshotted region around a launch: the FNV-1a hash of every element (`hash`), and
-    the values of the first `values.size` of its `elements` (the body of a concat keeps its hash
-    only). `rows`, `ld` and `skip_col` say how the recorder walked it."""
+    """One snapshotted region around a launch: the hash of every element (`hash`, of the kind
+    `hash_kind` the recorder's init event names), and the values of the first `values.size` of
+    its `elements` (the body of a concat keeps its hash only). `rows`, `ld` and `skip_col` say
+    how the recorder walked it."""
 
     launch: int  # the seq of the launch it was taken around
     when: str  # "before", "after", "step_start"
@@ -106,6 +113,7 @@ class SnapshotRegion:
     rows: int = 1
     ld: int = 0
     skip_col: int = -1
+    hash_kind: str = "fnv1a"  # HASH_KINDS: a capture whose init event names none is fnv1a
 
     @property
     def complete(self) -> bool:
