@@ -493,3 +493,43 @@ def test_an_abi_kernel_launched_without_its_arguments_is_refused_by_name(tmp_pat
     events.kernel("_Z19sp14_scale_wire_colPfPKfiiii", None)
     with pytest.raises(UsageError, match=r"line 2: sp14_scale_wire_col launch without its arg"):
         read_capture(events.write(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("graph_launches, captured", [(1, 0), (0, 1), (2, 1)])
+def test_a_process_that_runs_cuda_graphs_makes_the_capture_incomplete(
+    tmp_path, graph_launches, captured
+):
+    """A graph's kernels are recorded once, when a stream is captured into it, and run unseen
+    at every launch of the graph: the capture says it cannot follow them, and the gate fails,
+    whatever the recorded launches' own verdicts."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    sgemm_y(events)
+    for _ in range(captured):
+        events.add(
+            "kernel",
+            api="cuLaunchKernel",
+            name="gelu_forward",
+            grid=[1, 1, 1],
+            block=[256, 1, 1],
+            params=[[8, at("Y")], [4, 12]],
+            captured=True,
+        )
+    for _ in range(graph_launches):
+        events.add("graph", api="cuGraphLaunch")
+    audit = audit_capture(events.write(tmp_path / "c", layout=LAYOUT))
+    (words,) = [w for w in audit.incomplete if "CUDA graphs" in w]
+    assert words.startswith(
+        f"process 1: it runs CUDA graphs ({graph_launches} graph launches; {captured} kernel "
+        "launches recorded while a stream was captured into a graph"
+    )
+    assert not audit.ok
+
+
+def test_a_process_without_graphs_is_not_called_incomplete_for_them(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    sgemm_y(events)
+    audit = audit_capture(events.write(tmp_path / "c", layout=LAYOUT))
+    assert not [w for w in audit.incomplete if "CUDA graphs" in w]
+    assert _verdicts(tmp_path / "c")["EGF001"].status == PASS

@@ -124,6 +124,21 @@ def audit_other_process(
     return ProcessAudit(section, ct, verdicts, note)
 
 
+def graph_words(proc: ProcessCapture) -> str | None:
+    """Why a process that runs CUDA graphs cannot be followed, or None: a graph's kernels are
+    recorded once, while a stream is captured into it (when they do not run), and each launch of
+    the graph runs them again unseen, so the recorded order is not the order they ran in."""
+    captured = sum(bool(r.args.get("captured")) for r in proc.kernels())
+    if not captured and not proc.graph_launches:
+        return None
+    return (
+        f"it runs CUDA graphs ({proc.graph_launches} graph launches; {captured} kernel launches "
+        "recorded while a stream was captured into a graph, not when they ran): the capture "
+        "cannot follow a graph's launches, so what it recorded is not what ran (docs/capture.md, "
+        "Limits)"
+    )
+
+
 def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
     """Read a capture folder and decide. `use_layout=False` ignores a layout file (inference).
     A file that cannot be read whole is refused (UsageError, exit 2)."""
@@ -154,6 +169,8 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
             audit.processes.append(audit_process(proc, section, given))
         else:
             audit.processes.append(audit_other_process(proc, section, given))
+        if (graphs := graph_words(proc)) is not None:
+            audit.incomplete.append(f"{section}: {graphs}")
         if proc.cut_off:
             audit.incomplete.append(
                 f"{section}: {proc.cut_off} is cut off mid-write: the process died while the "

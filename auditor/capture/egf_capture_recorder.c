@@ -773,6 +773,7 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         fprintf(g.events, "%s[%zu,%llu]", i ? "," : "", sizes[i], raw);
     }
     fputc(']', g.events);
+    if (stream_capturing(stream)) fputs(",\"captured\":true", g.events);  // into a graph
     if (tl_rt_depth > 0 && tl_rt_name && cb->functionName && strncmp(cb->functionName, "cu", 2) == 0 &&
         strncmp(cb->functionName, "cuda", 4) != 0) {
         fputs(",\"via\":", g.events);  // a driver launch the runtime made for this runtime call
@@ -971,6 +972,16 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
             break;
     }
     if (!g.cublas_hooked || !g.lt_hooked) try_hook_cublas();
+    if ((id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
+         id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) && enter) {
+        // a graph replays launches recorded at its capture: the reader says it cannot follow
+        if (begin_event("graph")) {
+            fputs(",\"api\":", g.events);
+            json_string(g.events, cb->functionName);
+            end_event();
+        }
+        return;
+    }
     if (id == CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 && !enter) {
         const cuMemAlloc_v2_params *a = p;
         memory_event("alloc", cb->functionName, *a->dptr, 0, (long long)a->bytesize, 0);
@@ -1101,7 +1112,9 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
                id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020 ||
                id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000;
     int alloc = id == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020;
-    if (!launch && !memset_ && !copy && !alloc) return;
+    int graph = id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000;
+    if (!launch && !memset_ && !copy && !alloc && !graph) return;
     if (cb->callbackSite == CUPTI_API_ENTER) {
         if (tl_rt_depth++ == 0) {
             tl_rt_covered = tl_rt_launch = 0;
@@ -1120,6 +1133,12 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     const void *p = cb->functionParams;
     if (launch) {
         runtime_launch(cb, id, RT_UNDECODED);
+    } else if (graph) {
+        if (begin_event("graph")) {
+            fputs(",\"api\":", g.events);
+            json_string(g.events, cb->functionName);
+            end_event();
+        }
     } else if (memset_) {
         const cudaMemsetAsync_v3020_params *a = p;
         memory_event("memset", cb->functionName, (uintptr_t)a->devPtr, 0, (long long)a->count,

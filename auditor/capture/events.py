@@ -218,6 +218,7 @@ FIELDS: dict[str, dict[str, Check]] = {
     "copy": MEMORY,
     "alloc": MEMORY,
     "cublas": {"msg": _string},
+    "graph": {"api": _string},  # cuGraphLaunch / cudaGraphLaunch: a replay of captured launches
     "ltmatmul": {
         "a": U64,
         "b": U64,
@@ -250,7 +251,13 @@ OPTIONAL: dict[str, dict[str, Check]] = {
     # on a launch whose parameters could not be read: -1 no CUfunction was found for it, -2 the
     # driver has no cuFuncGetParamInfo, else that call's CUresult for the first parameter
     # "via": the runtime call (cudaLaunchKernel, ...) inside which the runtime made this launch
-    "kernel": {"param_info_rc": _integer(-2, 2**31 - 1, "2**31 - 1"), "via": _string},
+    # "captured": made into a stream being captured into a CUDA graph (it runs when the graph
+    # is launched, not now)
+    "kernel": {
+        "param_info_rc": _integer(-2, 2**31 - 1, "2**31 - 1"),
+        "via": _string,
+        "captured": _boolean,
+    },
     # a cublasLtMatmul's alpha and beta, where its log named their addresses and they were read
     "ltmatmul": {"alpha_bits": _U64, "beta_bits": _U64},
     # written on the log line that completes a GEMM's alpha and beta (pointer mode 0 host, 1
@@ -736,6 +743,8 @@ def read_process(events_path: Path) -> ProcessCapture:
                     _refuse(where, problem)
                 args, decoded = _decode_params(kname, event["params"])
                 args |= {"grid": event["grid"], "block": event["block"]}
+                if event.get("captured"):
+                    args["captured"] = True
                 if kname != symbol:
                     args["symbol"] = symbol
                 # one string per kernel name, not one per launch; the API the trainer called
@@ -747,6 +756,8 @@ def read_process(events_path: Path) -> ProcessCapture:
                 kernel_seqs.add(seq)
                 for snap in waiting_launch.pop(tid, []):
                     snap.launch = seq
+            elif ev == "graph":
+                proc.graph_launches += 1
             elif ev in ("memset", "copy", "alloc"):
                 args = {k: event[k] for k in ("dst", "src", "bytes", "value")}
                 api = sys.intern(event["api"])

@@ -132,6 +132,7 @@ class ProcessCapture:
     events_file: str = ""  # the file it was read from, for messages
     cut_off: str = ""  # "events-<pid>.jsonl line N": its last line, cut off mid-write
     internal_lt: int = 0  # cublasLtMatmul calls cuBLAS made inside a logged classic call
+    graph_launches: int = 0  # cuGraphLaunch / cudaGraphLaunch calls: replays it cannot follow
     _regions: dict[tuple[int, str], dict[str, SnapshotRegion]] | None = field(
         default=None, repr=False
     )
