@@ -939,6 +939,8 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     switch (id) {
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
             if (tl_rt_depth > 0 && tl_rt_launch) return;  // the runtime launch recorded it
@@ -955,6 +957,15 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
             void *store[MAX_PARAMS];
             void **params = a->kernelParams ? a->kernelParams : packed_args(a->f, a->extra, store);
             on_launch(cb, a->f, grid, block, a->hStream, params);
+            return;
+        }
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+            // the same arguments as cuLaunchKernel's, without `extra`
+            const cuLaunchCooperativeKernel_params *a = p;
+            unsigned int grid[3] = {a->gridDimX, a->gridDimY, a->gridDimZ};
+            unsigned int block[3] = {a->blockDimX, a->blockDimY, a->blockDimZ};
+            on_launch(cb, a->f, grid, block, a->hStream, a->kernelParams);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
