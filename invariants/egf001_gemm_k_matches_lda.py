@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.capture_model import GemmOperand, gemm_operands
+from egf_audit.runtime.capture_model import Allocation, GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
@@ -166,23 +166,39 @@ def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
     return None
 
 
-def _allocation_problem(ct: CaptureTrace, pointer: object, extent_bytes: int) -> str | None:
-    """Why `extent_bytes` from `pointer` leave the allocation holding it (cuMemAlloc and
-    cudaMalloc records), or None (inside, or in no recorded allocation: then nothing is known)."""
-    base_size = _allocation_of(ct, pointer)
-    if base_size is None or not isinstance(pointer, int):
+def _allocation_problem(
+    ct: CaptureTrace, pointer: object, extent_bytes: int, at: int | None = None
+) -> str | None:
+    """Why `extent_bytes` from `pointer` leave the allocation holding it as the launch at event
+    `at` ran (every recorded allocation entry point; frees close them), or None (inside, or in
+    no recorded allocation: then nothing is known). Memory an allocation held and gave back
+    before the launch is a finding, not an unknown."""
+    if not isinstance(pointer, int):
         return None
-    base, size = base_size
+    found = _allocation_of(ct, pointer, at)
+    if found is None:
+        return None
+    if at is not None and not found.live_at(at):
+        return f"points into an allocation freed before it ran (event {found.freed})"
     end = pointer + extent_bytes
-    if end > base + size:
-        return f"reaches {end - base - size} bytes past the end of its allocation"
+    if end > found.address + found.bytes:
+        return f"reaches {end - found.address - found.bytes} bytes past the end of its allocation"
     return None
 
 
-def _allocation_of(ct: CaptureTrace, pointer: object) -> tuple[int, int] | None:
+def _allocation_of(ct: CaptureTrace, pointer: object, at: int | None = None) -> Allocation | None:
+    """The allocation holding `pointer` as event `at` ran: the latest made before it and not yet
+    freed; else the latest made before it and freed since (a use after free); else, with no
+    time given, the latest that ever held it."""
     if not isinstance(pointer, int):
         return None
-    return next(((b, n) for b, n in ct.allocations if b <= pointer < b + n), None)
+    holding = [a for a in ct.allocations if a.holds(pointer)]
+    if at is None:
+        return holding[-1] if holding else None
+    before = [a for a in holding if a.made < at]
+    live = [a for a in before if a.live_at(at)]
+    chosen = live or before
+    return chosen[-1] if chosen else None
 
 
 def rows_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
@@ -205,7 +221,9 @@ def rows_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | No
     return None
 
 
-def _capture_operand_problem(ct: CaptureTrace, b: Binding, op: GemmOperand | None) -> str | None:
+def _capture_operand_problem(
+    ct: CaptureTrace, b: Binding, op: GemmOperand | None, at: int | None = None
+) -> str | None:
     """The rebuild's operand rule where the capture named the operand's tensor (whole rows of it
     in a process that is no SP14 trainer); a flat allocation the layout gives no shape, or an
     operand no name covers, is judged by its span of the allocation holding it (the span from
@@ -213,7 +231,7 @@ def _capture_operand_problem(ct: CaptureTrace, b: Binding, op: GemmOperand | Non
     if b.region is None or (not ct.sp14 and b.in_bounds and b.tensor_shape is None):
         # no name covers it (in a process that is no SP14 trainer, a part of a named buffer
         # that no tensor names is no finding either): its span of its allocation
-        return None if op is None else _allocation_problem(ct, b.pointer, op.extent_bytes)
+        return None if op is None else _allocation_problem(ct, b.pointer, op.extent_bytes, at)
     buffer = ct.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
         return None
@@ -227,13 +245,13 @@ def b_extent(b: Binding) -> int:
     return 0 if b.region is None else b.region.last - b.region.offset
 
 
-def _undecided_operand(ct: CaptureTrace, b: Binding) -> bool:
+def _undecided_operand(ct: CaptureTrace, b: Binding, at: int | None = None) -> bool:
     """An operand in no named buffer: judged by its allocation in a process that is no SP14
     trainer (that is all such a check claims), undecided in an SP14 trainer (whose claim is
     its tensor's exact span) and wherever no recorded allocation holds it."""
     if b.region is not None:
         return False
-    return ct.sp14 or _allocation_of(ct, b.pointer) is None
+    return ct.sp14 or _allocation_of(ct, b.pointer, at) is None
 
 
 def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
@@ -242,11 +260,12 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
     for x in ct.trace.launches:
         if x.kind == "sgemm":
             continue
+        at = ct.records[x.index].seq
         if x.kind in ("memset", "copy"):  # either end, named or not, inside its allocation
             extent = int(x.args.get("bytes", 0))
             for end in ("dst", "src"):
                 pointer = x.args.get(end)
-                if pointer and (problem := _allocation_problem(ct, pointer, extent)) is not None:
+                if pointer and (problem := _allocation_problem(ct, pointer, extent, at)):
                     bad.append(
                         {"launch": x.index, "step": x.step, "label": x.label, "operand": end}
                         | {"problem": problem}
@@ -256,7 +275,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
             if b.region is not None and not b.in_bounds:
                 problem = f"touches elements up to {b.region.last} of {b.region.buffer}"
             else:
-                problem = _allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES)
+                problem = _allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)
             if problem is not None:
                 bad.append(
                     {"launch": x.index, "step": x.step, "label": x.label, "operand": b.role}
@@ -291,14 +310,15 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             continue
         operands = {op.role: op for op in gemm_operands(x.args)}
         problem = k_sh2_signature(x, sh2)
+        at = ct.records[x.index].seq
         for b in x.bindings:
             if problem is None:
-                p = _capture_operand_problem(ct, b, operands.get(b.role))
+                p = _capture_operand_problem(ct, b, operands.get(b.role), at)
                 problem = None if p is None else f"operand {b.role} {p}"
         if problem is not None:
             bad.append(facts | {"problem": problem})
-        elif any(_undecided_operand(ct, b) for b in x.bindings):
-            roles = [b.role for b in x.bindings if _undecided_operand(ct, b)]
+        elif any(_undecided_operand(ct, b, at) for b in x.bindings):
+            roles = [b.role for b in x.bindings if _undecided_operand(ct, b, at)]
             where = "no named buffer" if ct.sp14 else "no named buffer and no recorded allocation"
             unnamed.append(facts | {"why": f"operands {', '.join(roles)} land in {where}"})
     bad_launches = _memory_problems(ct)

@@ -533,3 +533,40 @@ def test_a_process_without_graphs_is_not_called_incomplete_for_them(tmp_path):
     audit = audit_capture(events.write(tmp_path / "c", layout=LAYOUT))
     assert not [w for w in audit.incomplete if "CUDA graphs" in w]
     assert _verdicts(tmp_path / "c")["EGF001"].status == PASS
+
+
+# ---- allocations over time: frees close them ----
+def _free(events: Events, address: int, api: str = "cudaFree_v3020") -> None:
+    events.add("free", api=api, dst=address, src=0, bytes=0, value=0)
+
+
+def test_a_gemm_past_a_smaller_allocation_made_where_a_larger_was_freed_fails(tmp_path):
+    """The larger allocation is gone when the GEMM runs: its span is judged against the one
+    that holds its pointers then, and Y runs past its end."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _free(events, BASE)
+    events.alloc(BASE, 4 * (TENSORS["Y"][0] + 8))  # ends inside Y
+    sgemm_y(events)
+    verdict = _verdicts(events.write(tmp_path / "c"), use_layout=False)["EGF001"]
+    assert verdict.status == FAIL
+    assert "bytes past the end of its allocation" in verdict.summary
+
+
+def test_a_gemm_into_freed_memory_fails_as_a_use_after_free(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _free(events, BASE, api="cuMemFreeAsync")
+    sgemm_y(events)
+    verdict = _verdicts(events.write(tmp_path / "c"), use_layout=False)["EGF001"]
+    assert verdict.status == FAIL
+    assert "points into an allocation freed before it ran (event 2)" in verdict.summary
+
+
+def test_a_free_after_the_gemm_or_of_another_address_changes_nothing(tmp_path):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _free(events, BASE + 4 * TOTAL)  # nothing was allocated there: frees nothing
+    sgemm_y(events)
+    _free(events, BASE)
+    assert _verdicts(events.write(tmp_path / "c"), use_layout=False)["EGF001"].status == PASS

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import (
+    Allocation,
     CaptureLayout,
     CaptureTrace,
     ProcessCapture,
@@ -141,7 +142,18 @@ def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Capt
         trace.launches.append(
             Launch(i, steps[i], KINDS[r.kind], name, label, args, bindings_of(layout, r))
         )
-    allocations = [
-        (r.args["dst"], r.args["bytes"]) for r in proc.records if r.kind == "alloc" and r.args
-    ]
-    return CaptureTrace(trace, layout, proc, records, sites, sorted(allocations))
+    return CaptureTrace(trace, layout, proc, records, sites, allocations_of(proc))
+
+
+def allocations_of(proc: ProcessCapture) -> list[Allocation]:
+    """Every allocation in the order made, each closed by the first free of its address that
+    follows it (a free of an address nothing holds frees nothing)."""
+    made: list[Allocation] = []
+    live: dict[int, int] = {}  # address -> index in `made` of the allocation live there
+    for r in proc.records:
+        if r.kind == "alloc" and r.args:
+            live[r.args["dst"]] = len(made)
+            made.append(Allocation(r.args["dst"], r.args["bytes"], r.seq))
+        elif r.kind == "free" and r.args and (i := live.pop(r.args["dst"], None)) is not None:
+            made[i] = made[i]._replace(freed=r.seq)
+    return made

@@ -993,9 +993,53 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         }
         return;
     }
-    if (id == CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 && !enter) {
-        const cuMemAlloc_v2_params *a = p;
-        memory_event("alloc", cb->functionName, *a->dptr, 0, (long long)a->bytesize, 0);
+    if (!enter && cb->functionReturnValue && *(const CUresult *)cb->functionReturnValue == 0) {
+        // allocations, at the call's exit, where it succeeded: every driver entry point that
+        // gives device memory a pointer (ordinary, stream-ordered, pool, managed, pitched)
+        CUdeviceptr *out = NULL;
+        long long bytes = 0;
+        switch (id) {
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+                const cuMemAlloc_v2_params *a = p;
+                out = a->dptr, bytes = (long long)a->bytesize;
+                break;
+            }
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+                const cuMemAllocAsync_params *a = p;
+                out = a->dptr, bytes = (long long)a->bytesize;
+                break;
+            }
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+                const cuMemAllocFromPoolAsync_params *a = p;
+                out = a->dptr, bytes = (long long)a->bytesize;
+                break;
+            }
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+                const cuMemAllocManaged_params *a = p;
+                out = a->dptr, bytes = (long long)a->bytesize;
+                break;
+            }
+            case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+                const cuMemAllocPitch_v2_params *a = p;
+                out = a->dptr, bytes = a->pPitch ? (long long)(*a->pPitch * a->Height) : 0;
+                break;
+            }
+            default:
+                break;
+        }
+        if (out) {
+            memory_event("alloc", cb->functionName, *out, 0, bytes, 0);
+            return;
+        }
+    }
+    if (enter && (id == CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 ||
+                  id == CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync ||
+                  id == CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz)) {
+        // cuMemFree_v2's and cuMemFreeAsync's parameters both lead with the pointer
+        const cuMemFree_v2_params *a = p;
+        memory_event("free", cb->functionName, a->dptr, 0, 0, 0);
         return;
     }
     if (!enter) return;
@@ -1122,10 +1166,17 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     int copy = id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020 ||
                id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020 ||
                id == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000;
-    int alloc = id == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020;
+    int alloc = id == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020;
+    int free_ = id == CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 ||
+                id == CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020;
     int graph = id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
                 id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000;
-    if (!launch && !memset_ && !copy && !alloc && !graph) return;
+    if (!launch && !memset_ && !copy && !alloc && !graph && !free_) return;
     if (cb->callbackSite == CUPTI_API_ENTER) {
         if (tl_rt_depth++ == 0) {
             tl_rt_covered = tl_rt_launch = 0;
@@ -1158,10 +1209,19 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         const cudaMemcpyAsync_v3020_params *a = p;
         memory_event("copy", cb->functionName, (uintptr_t)a->dst, (uintptr_t)a->src,
                      (long long)a->count, a->kind);
+    } else if (free_) {
+        const cudaFree_v3020_params *a = p;  // cudaFreeAsync's parameters lead the same way
+        memory_event("free", cb->functionName, (uintptr_t)a->devPtr, 0, 0, 0);
     } else if (cb->functionReturnValue && *(const int *)cb->functionReturnValue == 0) {
+        // cudaMalloc, cudaMallocAsync, cudaMallocManaged lead with (devPtr, size); the pitched
+        // one's size is its pitch times its height
         const cudaMalloc_v3020_params *a = p;
-        if (a->devPtr)
-            memory_event("alloc", cb->functionName, (uintptr_t)*a->devPtr, 0, (long long)a->size, 0);
+        long long bytes = (long long)a->size;
+        if (id == CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020) {
+            const cudaMallocPitch_v3020_params *m = p;
+            bytes = m->pitch ? (long long)(*m->pitch * m->height) : 0;
+        }
+        if (a->devPtr) memory_event("alloc", cb->functionName, (uintptr_t)*a->devPtr, 0, bytes, 0);
     }
 }
 

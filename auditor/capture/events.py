@@ -217,6 +217,7 @@ FIELDS: dict[str, dict[str, Check]] = {
     "memset": MEMORY,
     "copy": MEMORY,
     "alloc": MEMORY,
+    "free": MEMORY,  # cuMemFree, cuMemFreeAsync, cudaFree, cudaFreeAsync: dst is the pointer
     "cublas": {"msg": _string},
     "graph": {"api": _string},  # cuGraphLaunch / cudaGraphLaunch: a replay of captured launches
     "ltmatmul": {
@@ -758,7 +759,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                     snap.launch = seq
             elif ev == "graph":
                 proc.graph_launches += 1
-            elif ev in ("memset", "copy", "alloc"):
+            elif ev in ("memset", "copy", "alloc", "free"):
                 args = {k: event[k] for k in ("dst", "src", "bytes", "value")}
                 api = sys.intern(event["api"])
                 proc.records.append(Record(seq, ev, ev, api, args, True, number))

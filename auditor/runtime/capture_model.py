@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -247,6 +247,23 @@ class Site:
     end: int
 
 
+class Allocation(NamedTuple):
+    """Device memory the process was given (alloc records: every driver and runtime allocation
+    entry point the recorder hooks) and, where it gave it back, when (free records). `made` and
+    `freed` are event seqs, so a launch can be judged against what was allocated as it ran."""
+
+    address: int
+    bytes: int
+    made: int
+    freed: int | None = None
+
+    def live_at(self, seq: int) -> bool:
+        return self.made < seq and (self.freed is None or seq < self.freed)
+
+    def holds(self, pointer: int) -> bool:
+        return self.address <= pointer < self.address + self.bytes
+
+
 @dataclass
 class CaptureTrace:
     """One audited process: its launches as a `Trace` (the same launches, bindings and labels
@@ -257,7 +274,7 @@ class CaptureTrace:
     process: ProcessCapture
     records: list[Record] = field(default_factory=list)  # parallel to trace.launches
     sites: list[Site] = field(default_factory=list)
-    allocations: list[tuple[int, int]] = field(default_factory=list)  # (address, bytes)
+    allocations: list[Allocation] = field(default_factory=list)  # in the order made
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
     sp14: bool = True
