@@ -192,7 +192,7 @@ def _allocation_of(ct: CaptureTrace, pointer: object, at: int | None = None) -> 
     time given, the latest that ever held it."""
     if not isinstance(pointer, int):
         return None
-    holding = [a for a in ct.allocations if a.holds(pointer)]
+    holding = ct.holding(pointer)
     if at is None:
         return holding[-1] if holding else None
     before = [a for a in holding if a.made < at]

@@ -275,9 +275,19 @@ class CaptureTrace:
     records: list[Record] = field(default_factory=list)  # parallel to trace.launches
     sites: list[Site] = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)  # in the order made
+    # the allocations that ever held a pointer, in the order made, by pointer (holding())
+    _holding: dict[int, list[Allocation]] = field(default_factory=dict, repr=False)
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
     sp14: bool = True
+
+    def holding(self, pointer: int) -> list[Allocation]:
+        """Every allocation that ever held `pointer`, in the order made (memoised: a trainer
+        passes the same pointers step after step)."""
+        found = self._holding.get(pointer)
+        if found is None:
+            found = self._holding[pointer] = [a for a in self.allocations if a.holds(pointer)]
+        return found
 
     def dim(self, name: str) -> int | None:
         value = self.layout.dims.get(name)
