@@ -167,7 +167,7 @@ def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
 
 
 def _allocation_problem(
-    ct: CaptureTrace, pointer: object, extent_bytes: int, at: int | None = None
+    ct: CaptureTrace, pointer: object, extent_bytes: int, at: int
 ) -> str | None:
     """Why `extent_bytes` from `pointer` leave the allocation holding it as the launch at event
     `at` ran (every recorded allocation entry point; frees close them), or None (inside, or in
@@ -178,7 +178,7 @@ def _allocation_problem(
     found = _allocation_of(ct, pointer, at)
     if found is None:
         return None
-    if at is not None and not found.live_at(at):
+    if not found.live_at(at):
         return f"points into an allocation freed before it ran (event {found.freed})"
     end = pointer + extent_bytes
     if end > found.address + found.bytes:
@@ -186,16 +186,12 @@ def _allocation_problem(
     return None
 
 
-def _allocation_of(ct: CaptureTrace, pointer: object, at: int | None = None) -> Allocation | None:
+def _allocation_of(ct: CaptureTrace, pointer: object, at: int) -> Allocation | None:
     """The allocation holding `pointer` as event `at` ran: the latest made before it and not yet
-    freed; else the latest made before it and freed since (a use after free); else, with no
-    time given, the latest that ever held it."""
+    freed; else the latest made before it and freed since (a use after free)."""
     if not isinstance(pointer, int):
         return None
-    holding = ct.holding(pointer)
-    if at is None:
-        return holding[-1] if holding else None
-    before = [a for a in holding if a.made < at]
+    before = [a for a in ct.holding(pointer) if a.made < at]
     live = [a for a in before if a.live_at(at)]
     chosen = live or before
     return chosen[-1] if chosen else None
@@ -222,7 +218,7 @@ def rows_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | No
 
 
 def _capture_operand_problem(
-    ct: CaptureTrace, b: Binding, op: GemmOperand | None, at: int | None = None
+    ct: CaptureTrace, b: Binding, op: GemmOperand | None, at: int
 ) -> str | None:
     """The rebuild's operand rule where the capture named the operand's tensor (whole rows of it
     in a process that is no SP14 trainer); a flat allocation the layout gives no shape, or an
@@ -245,7 +241,7 @@ def b_extent(b: Binding) -> int:
     return 0 if b.region is None else b.region.last - b.region.offset
 
 
-def _undecided_operand(ct: CaptureTrace, b: Binding, at: int | None = None) -> bool:
+def _undecided_operand(ct: CaptureTrace, b: Binding, at: int) -> bool:
     """An operand in no named buffer: judged by its allocation in a process that is no SP14
     trainer (that is all such a check claims), undecided in an SP14 trainer (whose claim is
     its tensor's exact span) and wherever no recorded allocation holds it."""

@@ -32,7 +32,7 @@ HEADERS = {
     "cublasGemmStridedBatchedEx": "cublasGemmStridedBatchedEx(cublasHandle_t, ...)",
     "cublasSgemmBatched": "cublasSgemmBatched(cublasHandle_t, ...)",
 }
-F32 = {1.0: 0x3F800000, 0.0: 0}
+F32 = {1.0: 0x3F800000, 0.5: 0x3F000000, 0.0: 0}
 
 
 def _pointer(value: int) -> str:
@@ -313,15 +313,10 @@ def test_a_cublaslt_matmuls_scalars_are_read_from_the_bits_the_recorder_wrote(
     """In place (C = D): beta = 0 writes C without reading it, any other beta accumulates."""
     events = Events()
     events.alloc(BASE, 4 * TOTAL)
-    bits = {"alpha_bits": _f32_bits(1.0), "beta_bits": _f32_bits(beta)}
-    _lt_event(events, **bits)
+    _lt_event(events, alpha_bits=F32[1.0], beta_bits=F32[beta])
     (gemm,) = _gemms(events.write(tmp_path / "c", layout=LAYOUT))
     assert (gemm.args["alpha"], gemm.args["beta"]) == (1.0, beta)
     assert {op.role: op.access for op in gemm_operands(gemm.args)}["C"] == c_access
-
-
-def _f32_bits(value: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
 def test_a_cublaslt_layout_in_row_order_is_listed_as_not_judged(tmp_path):
@@ -540,27 +535,27 @@ def _free(events: Events, address: int, api: str = "cudaFree_v3020") -> None:
     events.add("free", api=api, dst=address, src=0, bytes=0, value=0)
 
 
-def test_a_gemm_past_a_smaller_allocation_made_where_a_larger_was_freed_fails(tmp_path):
-    """The larger allocation is gone when the GEMM runs: its span is judged against the one
-    that holds its pointers then, and Y runs past its end."""
+@pytest.mark.parametrize(
+    "again, words",
+    [
+        # the larger allocation is gone when the GEMM runs: its span is judged against the one
+        # holding its pointers then, which ends inside Y
+        (4 * (TENSORS["Y"][0] + 8), "bytes past the end of its allocation"),
+        # nothing holds them then: a use after free
+        (None, "points into an allocation freed before it ran (event 2)"),
+    ],
+    ids=["allocated-again-smaller", "freed"],
+)
+def test_a_gemm_is_judged_by_the_allocation_live_when_it_ran(tmp_path, again, words):
     events = Events()
     events.alloc(BASE, 4 * TOTAL)
-    _free(events, BASE)
-    events.alloc(BASE, 4 * (TENSORS["Y"][0] + 8))  # ends inside Y
+    _free(events, BASE, api="cudaFree_v3020" if again else "cuMemFreeAsync")
+    if again is not None:
+        events.alloc(BASE, again)
     sgemm_y(events)
     verdict = _verdicts(events.write(tmp_path / "c"), use_layout=False)["EGF001"]
     assert verdict.status == FAIL
-    assert "bytes past the end of its allocation" in verdict.summary
-
-
-def test_a_gemm_into_freed_memory_fails_as_a_use_after_free(tmp_path):
-    events = Events()
-    events.alloc(BASE, 4 * TOTAL)
-    _free(events, BASE, api="cuMemFreeAsync")
-    sgemm_y(events)
-    verdict = _verdicts(events.write(tmp_path / "c"), use_layout=False)["EGF001"]
-    assert verdict.status == FAIL
-    assert "points into an allocation freed before it ran (event 2)" in verdict.summary
+    assert words in verdict.summary
 
 
 def test_a_free_after_the_gemm_or_of_another_address_changes_nothing(tmp_path):

@@ -774,8 +774,8 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
     }
     fputc(']', g.events);
     if (stream_capturing(stream)) fputs(",\"captured\":true", g.events);  // into a graph
-    if (tl_rt_depth > 0 && tl_rt_name && cb->functionName && strncmp(cb->functionName, "cu", 2) == 0 &&
-        strncmp(cb->functionName, "cuda", 4) != 0) {
+    if (tl_rt_depth > 0 && tl_rt_name && cb->functionName &&
+        strcmp(cb->functionName, tl_rt_name) != 0) {
         fputs(",\"via\":", g.events);  // a driver launch the runtime made for this runtime call
         json_string(g.events, tl_rt_name);
     }
@@ -933,6 +933,15 @@ static void memory_event(const char *ev, const char *api, unsigned long long dst
     end_event();
 }
 
+// A launch of a CUDA graph: it replays launches recorded at its capture, which the reader
+// says it cannot follow.
+static void graph_event(const char *api) {
+    if (!begin_event("graph")) return;
+    fputs(",\"api\":", g.events);
+    json_string(g.events, api);
+    end_event();
+}
+
 static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     const void *p = cb->functionParams;
     int enter = cb->callbackSite == CUPTI_API_ENTER;
@@ -985,12 +994,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     if (!g.cublas_hooked || !g.lt_hooked) try_hook_cublas();
     if ((id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch ||
          id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) && enter) {
-        // a graph replays launches recorded at its capture: the reader says it cannot follow
-        if (begin_event("graph")) {
-            fputs(",\"api\":", g.events);
-            json_string(g.events, cb->functionName);
-            end_event();
-        }
+        graph_event(cb->functionName);
         return;
     }
     if (!enter && cb->functionReturnValue && *(const CUresult *)cb->functionReturnValue == 0) {
@@ -1196,11 +1200,7 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
     if (launch) {
         runtime_launch(cb, id, RT_UNDECODED);
     } else if (graph) {
-        if (begin_event("graph")) {
-            fputs(",\"api\":", g.events);
-            json_string(g.events, cb->functionName);
-            end_event();
-        }
+        graph_event(cb->functionName);
     } else if (memset_) {
         const cudaMemsetAsync_v3020_params *a = p;
         memory_event("memset", cb->functionName, (uintptr_t)a->devPtr, 0, (long long)a->count,

@@ -799,7 +799,7 @@ def read_process(events_path: Path) -> ProcessCapture:
         first = min(s.line for waiting in waiting_launch.values() for s in waiting)
         _refuse(f"{name} line {first}", "a step_start snapshot that no kernel launch follows")
     values = _snapshot_bytes(name, _snapshots_file(events_path.parent, pid), snaps)
-    hash_kind = (proc.init or {}).get("hash", HASH_FNV1A)
+    hash_kind = proc.init.get("hash", HASH_FNV1A)
     for s in snaps:
         e = s.event
         start = e["offset"] // 4

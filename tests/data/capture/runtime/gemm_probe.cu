@@ -17,35 +17,7 @@
 #include <fstream>
 #include <string>
 
-extern "C" {
-typedef struct cublasContext *cublasHandle_t;
-typedef void *cublasLtHandle_t, *cublasLtMatmulDesc_t, *cublasLtMatrixLayout_t;
-int cublasCreate_v2(cublasHandle_t *);
-int cublasSetPointerMode_v2(cublasHandle_t, int);
-int cublasSgemm_v2(cublasHandle_t, int, int, int, int, int, const float *, const float *, int,
-                   const float *, int, const float *, float *, int);
-int cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int,
-                 const void *, int, int, const void *, void *, int, int, int, int);
-int cublasSgemmStridedBatched(cublasHandle_t, int, int, int, int, int, const float *,
-                              const float *, int, long long, const float *, int, long long,
-                              const float *, float *, int, long long, int);
-int cublasGemmStridedBatchedEx(cublasHandle_t, int, int, int, int, int, const void *,
-                               const void *, int, int, long long, const void *, int, int,
-                               long long, const void *, void *, int, int, long long, int, int, int);
-int cublasSgemmBatched(cublasHandle_t, int, int, int, int, int, const float *,
-                       const float *const[], int, const float *const[], int, const float *,
-                       float *const[], int, int);
-int cublasLtCreate(cublasLtHandle_t *);
-int cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *, int, int);
-int cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, int, const void *, size_t);
-int cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *, int, unsigned long long,
-                               unsigned long long, long long);
-int cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t, int, const void *, size_t);
-int cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
-                   cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *,
-                   const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
-                   const void *, void *, size_t, cudaStream_t);
-}
+#include "cublas_decls.h"
 enum { N = 0, T = 1, R_32F = 0, COMPUTE_32F = 68, ALGO = -1 };
 enum { LT_TRANSA = 3, LT_TRANSB = 4, LT_BATCH = 5, LT_STRIDE = 6 };
 

@@ -6,7 +6,7 @@
 //   trainer PLAN LAYOUT_TEMPLATE [--layout-out FILE] [--gemm sgemm|ex|strided|lt]
 //           [--device-scalars]
 //
-// No cuBLAS headers are needed: the few prototypes and constants used are declared below.
+// No cuBLAS headers are needed: the prototypes used are declared in cublas_decls.h (beside it).
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -28,32 +28,7 @@ struct Arg {
 
 #include "dispatch.inc"
 
-extern "C" {
-typedef struct cublasContext *cublasHandle_t;
-typedef struct cublasLtContext *cublasLtHandle_t;
-typedef void *cublasLtMatmulDesc_t;
-typedef void *cublasLtMatrixLayout_t;
-int cublasCreate_v2(cublasHandle_t *);
-int cublasSetPointerMode_v2(cublasHandle_t, int);
-int cublasSgemm_v2(cublasHandle_t, int, int, int, int, int, const float *, const float *, int,
-                   const float *, int, const float *, float *, int);
-int cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int,
-                 const void *, int, int, const void *, void *, int, int, int, int);
-int cublasSgemmStridedBatched(cublasHandle_t, int, int, int, int, int, const float *,
-                              const float *, int, long long, const float *, int, long long,
-                              const float *, float *, int, long long, int);
-int cublasLtCreate(cublasLtHandle_t *);
-int cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *, int, int);
-int cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, int, const void *, size_t);
-int cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t);
-int cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *, int, unsigned long long,
-                               unsigned long long, long long);
-int cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t);
-int cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
-                   cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *,
-                   const void *, cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
-                   const void *, void *, size_t, cudaStream_t);
-}
+#include "cublas_decls.h"
 enum { OP_N = 0, OP_T = 1, R_32F = 0, COMPUTE_32F = 68, GEMM_DEFAULT = -1, POINTER_DEVICE = 1 };
 enum { LT_TRANSA = 3, LT_TRANSB = 4, LT_POINTER_MODE = 2 };
 
