@@ -490,6 +490,61 @@ def test_an_abi_kernel_launched_without_its_arguments_is_refused_by_name(tmp_pat
         read_capture(events.write(tmp_path / "c"))
 
 
+@pytest.mark.parametrize(
+    "rc, why",
+    [
+        (400, "(cuFuncGetParamInfo answered CUresult 400)"),
+        (-1, "(the recorder found no CUfunction for the launch)"),
+        (-2, "(the driver has no cuFuncGetParamInfo)"),
+    ],
+)
+def test_an_abi_kernel_recorded_with_no_parameters_is_refused_with_the_recorders_reason(
+    tmp_path, rc, why
+):
+    events = Events()
+    events.add(
+        "kernel",
+        api="cuLaunchKernel",
+        name="sp14_scale_wire_col",
+        grid=[1, 1, 1],
+        block=[256, 1, 1],
+        params=[],
+        param_info_rc=rc,
+    )
+    with pytest.raises(UsageError, match="sp14_scale_wire_col launch with 0 parameters") as err:
+        read_capture(events.write(tmp_path / "c"))
+    assert str(err.value).endswith(why)
+
+
+@pytest.mark.parametrize(
+    "ev, fields, words",
+    [
+        (
+            "init",
+            {"pid": PID, "ppid": 1, "cupti_version": 1, "subscribe": 0, "param_info": True}
+            | {"hash": "sha1"},
+            "line 1: \"hash\" is 'sha1': must be one of fnv1a, mix64",
+        ),
+        ("graph", {}, 'line 2: "api" is missing (every graph event has it)'),
+        (
+            "free",
+            {"api": "cudaFree_v3020", "dst": -1, "src": 0, "bytes": 0, "value": 0},
+            'line 2: "dst" is -1: must be from 0 to 2**64 - 1',
+        ),
+        ("ltmatmul", {}, 'line 2: "a" is missing (every ltmatmul event has it)'),
+    ],
+    ids=["unknown-hash", "graph-without-api", "free-negative-pointer", "ltmatmul-empty"],
+)
+def test_malformed_new_event_fields_are_refused_with_one_line(tmp_path, ev, fields, words):
+    events = Events()
+    if ev == "init":
+        events.lines.clear()
+    events.add(ev, **fields)
+    with pytest.raises(UsageError) as err:
+        read_capture(events.write(tmp_path / "c"))
+    assert str(err.value).endswith(words)
+
+
 @pytest.mark.parametrize("graph_launches, captured", [(1, 0), (0, 1), (2, 1)])
 def test_a_process_that_runs_cuda_graphs_makes_the_capture_incomplete(
     tmp_path, graph_launches, captured
