@@ -6,8 +6,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.invariants.capture_effects import calls_changing, observations
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import (
+    Invariant,
+    Verdict,
+    failed,
+    failed_with,
+    passed,
+    undecided,
+)
+from egf_audit.runtime.capture_spans import GEMM_KINDS, Spans, Unbounded, declared
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD,
     AFTER_FORWARD,
@@ -19,6 +28,7 @@ from egf_audit.runtime.contract import (
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace, Record
     from egf_audit.runtime.trace import Trace
 
 
@@ -110,6 +120,105 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+def _dw_w_b0fc(ct: CaptureTrace) -> tuple[Spans, int] | None:
+    """The bytes of grad_buf's w_b0fc and its row width, where the layout names them."""
+    grad = ct.layout.buffers.get("grad_buf")
+    spec = grad.tensors.get("w_b0fc") if grad is not None else None
+    if grad is None or spec is None:
+        return None
+    offset, rows, cols = spec
+    start = grad.base + 4 * offset
+    return Spans.of([(start, start + 4 * rows * cols)]), cols
+
+
+def _writes(r: Record, changed: dict[int, Spans]) -> Spans | None:
+    """What a call wrote: its declared writes and, in a deep capture, what it was seen to change;
+    None where neither is known (an unknown kernel of an undeep capture)."""
+    seen = changed.get(r.seq)
+    try:
+        mine = declared(r, "w")
+    except Unbounded:
+        return seen
+    return mine if seen is None else mine.union(seen)
+
+
+def _step_problems(
+    records: list[Record], dw: Spans, cols: int, changed: dict[int, Spans], step: int
+) -> list[str]:
+    taint = Spans()  # bytes whose last writer is the scale
+    computed = Spans()  # bytes of dW w_b0fc the step's GEMMs wrote
+    problems: list[str] = []
+    for r in records:
+        if r.within is not None:
+            continue  # cuBLAS's own launch: part of its GEMM call (in `changed` under the GEMM)
+        if r.kind in GEMM_KINDS:
+            try:
+                writes, reads = declared(r, "w"), declared(r, "r")
+            except Unbounded as exc:
+                problems.append(f"step {step}: GEMM #{r.seq} cannot be placed ({exc})")
+                continue
+            if writes.intersect(dw):
+                computed = computed.union(writes.intersect(dw))
+                if hit := reads.intersect(taint):
+                    problems.append(
+                        f"step {step}: the GEMM #{r.seq} that computes dW w_b0fc read "
+                        f"{hit.bytes // 4} elements the scale wrote"
+                    )
+        writes_r = _writes(r, changed)
+        if r.kind == "kernel" and r.name == SCALE_KERNEL:
+            taint = taint.union(writes_r or Spans())
+        elif writes_r is not None:
+            taint = taint.minus(writes_r)  # overwritten: no longer the scale's
+    if left := taint.intersect(dw):
+        problems.append(
+            f"step {step}: dW w_b0fc holds {left.bytes // 4} elements the scale wrote when the "
+            "step ends"
+        )
+    if missing := dw.minus(computed):
+        first = (missing.ranges[0][0] - dw.ranges[0][0]) // 4
+        problems.append(
+            f"step {step}: the step's GEMMs leave {missing.bytes // 4} of {dw.bytes // 4} "
+            f"elements of dW w_b0fc unwritten (first: row {first // cols}, column {first % cols})"
+        )
+    return problems
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """Data flow, step by step: every element of dW w_b0fc is written by the step's GEMMs, none
+    of which read an element whose last writer was the scale, and no element of it holds the
+    scale's output when the step ends. Writes are the calls' declared regions, and in a deep
+    capture also what each call was seen to change."""
+    found = _dw_w_b0fc(ct)
+    if found is None:
+        return undecided(
+            "the layout names no w_b0fc in grad_buf: dW w_b0fc cannot be placed (a layout "
+            "file with grad_buf and the parameter table decides it)"
+        )
+    dw, cols = found
+    changed: dict[int, Spans] = {}
+    if ct.process.deep:
+        observed, missing = observations(ct)
+        if missing:
+            return failed_with([f"missing data: {m}" for m in missing])
+        changed = calls_changing(observed)
+    steps = ct.steps()
+    if not steps:
+        return failed("no training step reached its polyak_ema: no dW w_b0fc to follow")
+    problems: list[str] = []
+    for step in steps:
+        records = [r for r, x in zip(ct.records, ct.trace.launches, strict=True) if x.step == step]
+        problems += _step_problems(records, dw, cols, changed, step)
+    writes = "declared and observed (--deep)" if ct.process.deep else "declared"
+    if problems:
+        return failed_with(problems, writes=writes)
+    return passed(
+        f"dW w_b0fc computed whole in {len(steps)} steps, from nothing the scale wrote, and "
+        "holding none of its output",
+        writes=writes,
+        steps=len(steps),
+    )
+
+
 INVARIANT = Invariant(
     code="EGF002",
     slug="dw-unaffected-by-scale",
@@ -133,7 +242,12 @@ INVARIANT = Invariant(
         "the after_backward grad_buf snapshot of each replay is compared bit for bit with the "
         "production step's; the alphas each step used (ISV[393] at after_losses) are reported. "
         "The step without the scale is recognised by its launches (no sp14_scale_wire_col in "
-        "it), not by the scenario's name, so a run that lost every launch cannot pass."
+        "it), not by the scenario's name, so a run that lost every launch cannot pass. A "
+        "capture records one run and cannot replay it, so there the same claim is shown by "
+        "data flow: in every step the GEMMs that write grad_buf's w_b0fc cover all of it, none "
+        "of them reads an element whose last writer was the scale (writes are the declared "
+        "regions, and with `--deep` also every change the recorder saw), and none of dW "
+        "w_b0fc holds the scale's output when the step ends."
     ),
     catches=(
         "sp14_scale_wire_col pointed at dW's wire column instead of the dX buffer, and the "
@@ -143,8 +257,11 @@ INVARIANT = Invariant(
         "It compares one step (step 0) at three gates (0, 0.37, 1), without the scale and with "
         "NaN/Inf injected: a dependence on the gate that shows only at other values or in later "
         "steps is not seen, and only the w_b0fc slice of grad_buf is compared. An all-zero wire "
-        "column fails only where a gradient was due. A capture cannot decide it: it needs the "
-        "same step replayed, and a capture records the trainer's one run."
+        "column fails only where a gradient was due. On a capture the data flow is direct, one "
+        "launch deep: a kernel that reads the scale's output and writes something a dW GEMM "
+        "then reads is not followed; an unknown kernel of a capture without `--deep` clears "
+        "none of the scale's marks (its writes are unknown), so it can only add findings; the "
+        "layout must name grad_buf's w_b0fc (else UNDECIDED)."
     ),
     example=(
         "The scale is launched on grad_buf + goff_w_b0fc with ld = SH2 + 1: with the sentinel "
@@ -152,8 +269,5 @@ INVARIANT = Invariant(
         "weight on the wire learns at a rate set by the aux head's accuracy."
     ),
     check=check,
-    capture_undecidable=(
-        "needs the same step replayed with alpha in {0, 0.37, 1} and with the scale skipped; "
-        "a capture records the trainer's one run and changes nothing"
-    ),
+    capture=check_capture,
 )

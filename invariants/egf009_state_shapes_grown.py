@@ -9,7 +9,7 @@ and every spectral-norm launch that touches u or v covers the whole vector.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from egf_audit.invariants.common import (
@@ -21,12 +21,13 @@ from egf_audit.invariants.common import (
     size,
     steps,
 )
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.trace import tensor_table
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Binding, BufferLayout, Launch
+    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.runtime.trace import Binding, BufferLayout, Launch, Trace
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
 SN_PREFIX = "spectral_norm:"
@@ -153,15 +154,37 @@ def _touches_v(x: Launch) -> bool:
     )
 
 
-def check(run: AuditRun, mode: str) -> Verdict:
-    trace = production(run, mode)
-    dims = run.config.dims
-    adv, width = dims.ADV, dims.SH2 + 1
+SN_SCRATCH = ("sn_scratch_u", "sn_scratch_v")
+
+
+def _is_spectral_norm(x: Launch) -> bool:
+    """The rebuild labels its spectral-norm launches (their GEMMs on w_b0fc among them)."""
+    return x.label.startswith(SN_PREFIX)
+
+
+def _touches_sn_vector(x: Launch) -> bool:
+    """A captured launch has no label but its name: a spectral-norm launch is one bound to u or
+    v of w_b0fc or to their scratch, which is every launch whose lengths the check reads."""
+    return any(
+        b.region and (b.region.buffer in SN_SCRATCH or b.tensor in ("u_b0fc", "v_b0fc"))
+        for b in x.bindings
+    )
+
+
+def judge(
+    trace: Trace,
+    step_numbers: list[int],
+    adv: int,
+    width: int,
+    is_spectral_norm: Callable[[Launch], bool],
+) -> Verdict:
+    """The layout's tables and the launches of `step_numbers`, for both ways of seeing: the
+    rebuild's production trace and a capture's trace (`width` is SH2 + 1)."""
     layout = trace.layout
     params = tensor_table(layout, "params")
     failures = _layout_failures(layout, adv, width)
     adam_launches = sn_launches = 0
-    for step in steps(trace):
+    for step in step_numbers:
         launches = in_step(trace, step)
         updated: list[str | None] = []
         for x in launches:
@@ -174,7 +197,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
         wrong = {n: c for n, c in sorted(counts.items(), key=str) if c != 1}
         if wrong:
             failures.append({"kind": "adam-coverage", "step": step, "updates": wrong})
-        sn = [x for x in launches if x.label.startswith(SN_PREFIX)]
+        sn = [x for x in launches if is_spectral_norm(x)]
         sn_launches += len(sn)
         for x in sn:
             failures += _sn_failures(x, adv, width)
@@ -199,6 +222,38 @@ def check(run: AuditRun, mode: str) -> Verdict:
         f"{sn_launches} spectral-norm launches match their tensors",
         **evidence,
     )
+
+
+def check(run: AuditRun, mode: str) -> Verdict:
+    trace = production(run, mode)
+    dims = run.config.dims
+    return judge(trace, steps(trace), dims.ADV, dims.SH2 + 1, _is_spectral_norm)
+
+
+# what a capture's layout must name for the per-tensor check: the parameter table's buffers
+CAPTURE_TABLES = ("params", "adam_m", "adam_v", "sn_state")
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """The same check on a capture, where the trainer updates per tensor with the ABI's
+    adam_update and names its optimizer state in the layout file; otherwise UNDECIDED."""
+    adv, sh2 = ct.dim("ADV"), ct.dim("SH2")
+    lacking = [b for b in CAPTURE_TABLES if b not in ct.layout.buffers]
+    if adv is None or sh2 is None or lacking:
+        what = "no ADV and SH2 in its dims" if adv is None or sh2 is None else ", ".join(lacking)
+        return undecided(
+            f"the layout does not name the optimizer state ({what}): Adam's m/v slices and the "
+            "spectral-norm vectors cannot be placed"
+        )
+    if not any(r.kind == "kernel" and r.name == "adam_update" for r in ct.records):
+        return undecided(
+            "no adam_update launch: the trainer does not update per tensor with the ABI's "
+            "kernel, so no launch argument carries a tensor's Adam slices"
+        )
+    steps_run = ct.steps()
+    if not steps_run:
+        return failed("no training step reached its polyak_ema: no update to judge")
+    return judge(ct.trace, steps_run, adv, sh2 + 1, _touches_sn_vector)
 
 
 INVARIANT = Invariant(
@@ -235,17 +290,16 @@ INVARIANT = Invariant(
         "It checks sizes and placement, from the recorded layout and the launches' declared "
         "regions, not what Adam or the spectral norm compute (EGF010 compares the update with "
         "its float64 model). Spectral-norm launches are found by their `spectral_norm:` label, "
-        "and only the production trace is read. A capture cannot decide it: Adam's m/v slices "
-        "and the spectral-norm vectors are indexed inside the trainer's optimizer code, and no "
-        "launch argument the capture sees carries their shapes."
+        "and only the production trace is read. On a capture it is decided where the trainer "
+        "updates per tensor with the ABI's `adam_update` and its layout file names `params`, "
+        "`adam_m`, `adam_v` and `sn_state` with their tensors (spectral-norm launches are then "
+        "those bound to u, v or their scratch); otherwise UNDECIDED, with the reason: a fused "
+        "optimizer indexes its state inside itself, where no launch argument shows it."
     ),
     example=(
         "`adam_m` allocated from the old shape table: `adam_update(poff_w_b0fc, goff_w_b0fc, "
         "m + moff_w_b0fc, ..., n = ADV * SH2)` leaves ADV weights without an update."
     ),
     check=check,
-    capture_undecidable=(
-        "Adam's m/v slices and the spectral-norm vectors are indexed inside the trainer's "
-        "optimizer code; no launch argument the capture sees carries their shapes"
-    ),
+    capture=check_capture,
 )

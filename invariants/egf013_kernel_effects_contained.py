@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.capture_effects import observations, where
+from egf_audit.invariants.registry import (
+    Invariant,
+    Verdict,
+    failed,
+    failed_with,
+    passed,
+    undecided,
+)
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.effects import Effects
     from egf_audit.runtime.trace import Launch, Trace
 
@@ -101,6 +110,48 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+NOT_DEEP = (
+    "not a deep capture: it needs every allocation compared around every launch, which "
+    "`egf-audit capture --deep` records"
+)
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """A deep capture: every change the recorder saw after a kernel launch, memset or copy lies
+    inside what that call may write (capture_effects); an undeep capture is UNDECIDED."""
+    if not ct.process.deep:
+        return undecided(NOT_DEEP)
+    observed, problems = observations(ct)
+    problems = [f"missing data: {p}" for p in problems]
+    judged = changed = 0
+    for o in observed:
+        r = o.record
+        label = f"#{r.seq} {r.name}" + (f" (in {o.gemm.name} #{o.gemm.seq})" if o.gemm else "")
+        if o.allowed is None:
+            if o.changed:
+                problems.append(
+                    f"{label} changed memory, and what it may write is unknown: {o.unknown}"
+                )
+            continue
+        judged += 1
+        changed += o.changed.bytes
+        for start, end in o.changed.minus(o.allowed).ranges:
+            problems.append(
+                f"{label} wrote {where(ct, start, r.seq)} outside its declared write region "
+                f"({end - start} bytes changed there)"
+            )
+    if problems:
+        return failed_with(problems, calls_observed=len(observed))
+    if not judged:
+        return failed("a deep capture with no observed call: the launches are missing")
+    return passed(
+        f"{judged} calls observed: every change inside what its call may write, every live "
+        "allocation compared after each",
+        calls_observed=judged,
+        bytes_changed=changed,
+    )
+
+
 INVARIANT = Invariant(
     code="EGF013",
     slug="kernel-effects-contained",
@@ -153,9 +204,11 @@ INVARIANT = Invariant(
         "already there passes, and so does any write inside them, whatever its value (the "
         "values are the other invariants'). A read is seen only when it faults: on the CPU one "
         "more than 8 GiB from its buffer is not, and on the GPU one past its buffer that stays "
-        "in mapped memory only `--sanitize` (memcheck) sees. A capture cannot decide it: it "
-        "needs every buffer compared around every launch, and the capture snapshots the ABI "
-        "kernels' regions only."
+        "in mapped memory only `--sanitize` (memcheck) sees. From a capture it is decided only "
+        "with `--deep` (every allocation compared on the GPU after every launch, memset and "
+        "copy), and there it sees changes, not reads, nor a crash (the capture's own "
+        "completeness does); a kernel egf-audit does not know is bounded by the allocations "
+        "its parameters point into, not by regions."
     ),
     example=(
         "`if (b > rows) return;` in `sp14_scale_wire_col`: the thread b = rows writes one row "
@@ -165,8 +218,5 @@ INVARIANT = Invariant(
     ),
     check=check,
     reads=("launches",),
-    capture_undecidable=(
-        "needs every buffer compared around every launch; the capture snapshots the ABI "
-        "kernels' regions only"
-    ),
+    capture=check_capture,
 )

@@ -48,6 +48,11 @@ PID, PPID = 4242, 4241  # a fixed fake process: the same files for the same capt
 TID = 0x2A2A2A  # pthread_self() & 0xffffff as the recorder writes it; any fixed value
 CUPTI_VERSION = 130001  # what CUDA 13.1's CUPTI reports (the committed fixtures' init event)
 CUBLAS_LIBRARY = "libcublas.so.13"
+# a kernel cuBLAS launched for an SGEMM on the H200 (which one depends on its heuristics)
+CUBLAS_KERNEL = (
+    "_Z16gemmSN_TN_kernelIfLi128ELi16ELi2ELi4ELi8ELi9ELb0E30cublasGemvTensorStridedBatchedIKfES2_"
+    "S0_IfEEv22cublasGemmSmallNParamsIT7_T8_T9_T_E"
+)
 HANDLE = 0xD0DC8B0  # host addresses cuBLAS prints: the handle and CuPy's alpha/beta scalars
 ALPHA_HOST, BETA_HOST = 0x96040F0, 0x94010F0
 SGEMM_HEADER = (
@@ -183,8 +188,8 @@ class EventFiles:
             self.counts[ev] += 1
         return seq
 
-    def memory(self, ev: str, api: str, dst: int, src: int, nbytes: int, value: int = 0) -> None:
-        self.event(ev, api=api, dst=dst, src=src, bytes=nbytes, value=value)
+    def memory(self, ev: str, api: str, dst: int, src: int, nbytes: int, value: int = 0) -> int:
+        return self.event(ev, api=api, dst=dst, src=src, bytes=nbytes, value=value)
 
     def note(self, msg: str) -> None:
         self.event("note", msg=msg)
@@ -236,9 +241,16 @@ class RecordingBackend:
     """A backend that delegates every call to `inner` and records the CUDA equivalent of each
     call the pipeline makes (module docstring)."""
 
-    def __init__(self, inner: Any, files: EventFiles, snapshot_kernels: Sequence[str]):
+    def __init__(
+        self, inner: Any, files: EventFiles, snapshot_kernels: Sequence[str], deep: bool = False
+    ):
         self._inner = inner
         self._files = files
+        # --deep: after every launch, memset and copy, each buffer compared word by word with
+        # a copy of it (the recorder's device shadow), the changed runs written as an effect
+        self._deep = deep
+        self._shadow: dict[int, np.ndarray] = {}
+        self._blocks: list[int] = []  # pooled bytes of every block allocated (CuPy keeps them)
         self._snapshot_kernels = frozenset(snapshot_kernels)
         self._bases: list[int] = []
         self._sizes: dict[int, int] = {}  # bytes by base pointer
@@ -250,16 +262,56 @@ class RecordingBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    # ---- memory ----
-    def _cupy_kernel(self, name: str, block: int, params: list[list[int]]) -> None:
-        """A launch of one of CuPy's own elementwise kernels, one block, as recorded on the H200."""
+    # ---- --deep: what each call changed ----
+    def _words(self, base: int) -> np.ndarray:
+        return np.ascontiguousarray(self._inner.read(base)).view(np.uint32).copy()
+
+    def _effect(self, launch: int) -> None:
+        """The recorder's deep_effect: every live buffer compared with its shadow, the runs of
+        words that differ written (as byte addresses), the shadow brought up to date."""
+        if not self._deep:
+            return
+        changed: list[list[int]] = []
+        for base in self._bases:
+            now = self._words(base)
+            differ = np.flatnonzero(now != self._shadow[base])
+            self._shadow[base] = now
+            if differ.size:
+                cuts = np.flatnonzero(np.diff(differ) != 1) + 1
+                for run in np.split(differ, cuts):
+                    changed.append([base + 4 * int(run[0]), 4 * int(run.size)])
+        changed.sort()
         self._files.event(
+            "effect",
+            launch=launch,
+            allocations=len(self._blocks),
+            bytes=sum(self._blocks),
+            changed=changed,
+        )
+
+    @staticmethod
+    def _carray(pointer: int, count: int) -> str:
+        """A 1-D CuPy CArray<float> as its kernels receive it: data, size, shape, strides."""
+        return struct.pack("<QqqQ", pointer, count, count, ELEMENT_BYTES).hex()
+
+    # ---- memory ----
+    def _cupy_kernel(
+        self, name: str, block: int, params: list[list[int]], arrays: Sequence[int] = ()
+    ) -> int:
+        """A launch of one of CuPy's own elementwise kernels, one block, as recorded on the H200;
+        a deep recorder also writes its struct parameters (the CArrays' data pointers)."""
+        extra: dict[str, Any] = {}
+        if self._deep:
+            extra["by"] = "cupy_backends.so"
+            extra["blobs"] = [[i, self._carray(p, block)] for i, p in enumerate(arrays)]
+        return self._files.event(
             "kernel",
             api="cuLaunchKernel",
             name=name,
             grid=[1, 1, 1],
             block=[block, 1, 1],
             params=params,
+            **extra,
         )
 
     def alloc(self, spec: BufferSpec) -> int:
@@ -275,15 +327,20 @@ class RecordingBackend:
         block, whole = base - GUARD_BYTES, nbytes + 2 * GUARD_BYTES
         pooled = -(-whole // POOL_UNIT) * POOL_UNIT
         self._files.memory("alloc", "cuMemAlloc_v2", block, 0, pooled)
-        self._files.memory("memset", "cuMemsetD8Async", block, 0, whole)
-        for _zone in ("before", "after"):
-            self._cupy_kernel("cupy_fill", GUARD_ELEMENTS, [[4, CANARY_BITS], _CARRAY, _CINDEXER])
+        self._blocks.append(pooled)
+        if self._deep:
+            self._shadow[base] = self._words(base)  # the recorder copies a new allocation
+        self._effect(self._files.memory("memset", "cuMemsetD8Async", block, 0, whole))
+        for zone in (block, base + nbytes):
+            params = [[4, CANARY_BITS], _CARRAY, _CINDEXER]
+            self._effect(self._cupy_kernel("cupy_fill", GUARD_ELEMENTS, params, [0, zone]))
         return base
 
     def free(self, ptr: int) -> None:
         self._inner.free(ptr)
         self._bases.remove(ptr)
         del self._sizes[ptr]
+        self._shadow.pop(ptr, None)  # CuPy's pool keeps the block: still counted as allocated
 
     def upload(self, ptr: int, values: np.ndarray, stride: int = 1) -> None:
         """As CuPy writes `view[...] = cupy.asarray(values)`: a host-to-device copy into a
@@ -296,24 +353,29 @@ class RecordingBackend:
         if stride != 1 and count > 1:  # the stand-in makes none; no recording shows CuPy's launch
             raise NotImplementedError("a strided upload (CuPy's strided copy kernel)")
         staging = self._staging.ctypes.data
-        self._files.memory("copy", "cuMemcpyHtoDAsync_v2", staging, 0, nbytes)
+        self._effect(self._files.memory("copy", "cuMemcpyHtoDAsync_v2", staging, 0, nbytes))
         if count == 1:
             # as the CUDA backend casts it; the recordings show float32 (CuPy names int32 alike)
             dtype = "int32" if values.dtype.kind in "iu" else "float32"
-            self._cupy_kernel(f"cupy_copy__{dtype}_{dtype}", 1, [_CARRAY, _CARRAY, _CINDEXER])
+            params = [_CARRAY, _CARRAY, _CINDEXER]
+            seq = self._cupy_kernel(f"cupy_copy__{dtype}_{dtype}", 1, params, [staging, ptr])
         else:
-            self._files.memory("copy", "cuMemcpyAsync", ptr, staging, nbytes)
+            seq = self._files.memory("copy", "cuMemcpyAsync", ptr, staging, nbytes)
         self._inner.upload(ptr, values, stride)
+        self._effect(seq)
 
     def memset_zero(self, ptr: int, count: int) -> None:
-        self._files.memory("memset", "cuMemsetD8Async", ptr, 0, count * ELEMENT_BYTES)
+        seq = self._files.memory("memset", "cuMemsetD8Async", ptr, 0, count * ELEMENT_BYTES)
         self._inner.memset_zero(ptr, count)
+        self._effect(seq)
 
     def read(self, ptr: int) -> np.ndarray:
         """A download of the whole allocation (cupy.asnumpy: device to host). The stand-in runs
         plain, so it never reads back, and never takes the rebuild's checkpoint snapshots."""
-        self._files.memory("copy", "cuMemcpyDtoHAsync_v2", 0, ptr, self._sizes.get(ptr, 0))
-        return self._inner.read(ptr)
+        seq = self._files.memory("copy", "cuMemcpyDtoHAsync_v2", 0, ptr, self._sizes.get(ptr, 0))
+        values = self._inner.read(ptr)
+        self._effect(seq)
+        return values
 
     # ---- launches ----
     def sgemm(self, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:
@@ -328,7 +390,24 @@ class RecordingBackend:
                 fields = {"pointer_mode": 0, "beta_bits": _float_bits(beta)}
             self._files.event("cublas", msg=msg, **fields)
         self._files.counts["sgemm"] += 1
+        if not self._deep:
+            self._inner.sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+            return
+        # a deep recorder sees cuBLAS's own launch (a cuBLAS library on its call stack) with
+        # its parameter block, which holds the operands' pointers
+        block = struct.pack("<QQQiii", a, b, c, m, n, k).hex()
+        seq = self._files.event(
+            "kernel",
+            api="cuLaunchKernel",
+            name=CUBLAS_KERNEL,
+            grid=[1, 1, 1],
+            block=[128, 1, 1],
+            params=[[len(block) // 2, 0]],
+            by=CUBLAS_LIBRARY,
+            blobs=[[0, block]],
+        )
         self._inner.sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        self._effect(seq)
 
     def launch(self, spec: KernelSpec, blocks: int, threads: int, args: list[Any]) -> None:
         """The kernel event; then, not launched yet, the target as a step starts (the first
@@ -353,6 +432,7 @@ class RecordingBackend:
         self._inner.launch(spec, blocks, threads, args)
         if snapshot:
             self._abi_snapshots(seq, "after", spec.name, named)
+        self._effect(seq)
 
     # ---- snapshots (the recorder's abi_snapshots, snap and snap_concat) ----
     def _copy_to_host(self, ptr: int, count: int) -> np.ndarray | None:
@@ -411,6 +491,7 @@ def capture_standin(
     steps: int = 2,
     values_max: int | None = None,
     snapshot: Sequence[str] = DEFAULT_SNAPSHOT,
+    deep: bool = False,
 ) -> Path:
     """A capture folder of the stand-in trainer (preset ci, `steps` steps: sentinel, live, ...)
     with `fault` put back (None: clean), as `egf-audit capture --out folder --layout L
@@ -427,6 +508,7 @@ def capture_standin(
         subscribe=0,
         param_info=True,
         hash="mix64",
+        **({"deep": True} if deep else {}),
     )
     files.note(f"cublas logger attached: {CUBLAS_LIBRARY}")
     backends: list[Any] = []
@@ -434,7 +516,7 @@ def capture_standin(
     def recording_backend(device: str, kernels: Any, *rest: Any) -> RecordingBackend:
         inner = select_backend("cpu", kernels, *rest)
         backends.append(inner)
-        return RecordingBackend(inner, files, snapshot)
+        return RecordingBackend(inner, files, snapshot, deep)
 
     argv = [*(["--fault", fault] if fault else []), "--steps", str(steps), "--device", "cpu"]
     argv += ["--layout-out", str(folder / "layout.json")]

@@ -34,7 +34,7 @@ CAUGHT_BY = {
     "clean": set(),
     "two-processes": set(),  # a launcher using CUDA, then the clean trainer as its child
     "fwd-k-sh2": {"EGF001", "EGF011"},
-    "dw-k-sh2": {"EGF001", "EGF006", "EGF011"},
+    "dw-k-sh2": {"EGF001", "EGF002", "EGF006", "EGF011"},
     "dx-k-sh2": {"EGF001", "EGF011"},
     "cql-site-ungated": {"EGF003", "EGF004", "EGF008"},
     "skip-scale": {"EGF003", "EGF004", "EGF008"},
@@ -48,9 +48,13 @@ CAUGHT_BY = {
     "accumulate-wire-col": {"EGF003", "EGF004", "EGF007"},
     "polyak-tau-swap": {"EGF005"},
 }
-# what only the layout file shows (none of these captures: without a layout file, Polyak's
-# tau is held to the preset's)
-NEEDS_LAYOUT: dict[str, set[str]] = {}
+# what only the layout file shows (without it, Polyak's tau is held to the preset's): dW
+# w_b0fc is placed by the layout's grad_buf table (EGF002)
+NEEDS_LAYOUT: dict[str, set[str]] = {"dw-k-sh2": {"EGF002"}}
+# decided only with the layout file's tables (grad_buf's w_b0fc; the optimizer state)
+LAYOUT_DECIDES = {"EGF002", "EGF009"}
+# decided only from a deep capture (these H200 captures are not)
+DEEP_DECIDES = {"EGF013"}
 
 
 @cache
@@ -74,28 +78,29 @@ def test_each_capture_fails_exactly_the_invariants_that_catch_its_fault(name, us
     if not expected:
         (process,) = audit.processes
         statuses = {code: v.status for code, v in process.verdicts}
-        # by inference every GEMM keeps some activation unnamed: EGF001 says which it cannot judge
-        judged = [c for c in DECIDED if use_layout or c != "EGF001"]
+        # by inference every GEMM keeps some activation unnamed: EGF001 says which it cannot
+        # judge, and the tables EGF002 and EGF009 read are not named
+        unjudged = DEEP_DECIDES | (set() if use_layout else {"EGF001", *LAYOUT_DECIDES})
+        judged = [c for c in DECIDED if c not in unjudged]
         assert all(statuses[c] == PASS for c in judged), statuses
-        assert use_layout or statuses["EGF001"] == UNDECIDED
+        assert all(statuses[c] == UNDECIDED for c in unjudged), statuses
 
 
 def test_every_decidable_invariant_catches_some_fault():
     caught = set().union(*CAUGHT_BY.values())
-    assert caught == set(DECIDED) - {"EGF012"}  # EGF012: no stand-in fault drives alpha out
+    # EGF012: no stand-in fault drives alpha out; EGF009: no capture of its faults was made on
+    # the H200; EGF013: these captures are not deep (test_capture_faults.py judges the whole
+    # catalogue captured --deep on the CPU, and every fault of both there)
+    assert caught == set(DECIDED) - {"EGF012", "EGF009", "EGF013"}
 
 
 def test_what_a_capture_cannot_decide_says_why():
     statuses = _statuses(_audit("clean", True))
-    assert {c for c, s in statuses.items() if s == UNDECIDED} == {
-        "EGF002",
-        "EGF009",
-        "EGF010",
-        "EGF013",
-    }
+    assert {c for c, s in statuses.items() if s == UNDECIDED} == {"EGF010", "EGF013"}
     (process,) = _audit("clean", True).processes
     reasons = {code: v.summary for code, v in process.verdicts}
-    assert "replayed" in reasons["EGF002"]
+    assert "fp64" in reasons["EGF010"]
+    assert reasons["EGF013"].startswith("not a deep capture")
 
 
 def test_the_abi_kernels_decode_by_name_and_the_gemms_from_cublas_own_log():
@@ -204,7 +209,7 @@ def test_run_capture_writes_the_document_json_and_junit_and_check_passes(tmp_pat
         "run", "--capture", folder, "--out", str(doc), "--check", "--junit", str(junit)
     )
     assert result.exit_code == 0, result.output
-    assert junit.read_text().count("<skipped") == 4
+    assert junit.read_text().count("<skipped") == 2  # EGF010, and EGF013 (not a deep capture)
     doc.write_text(doc.read_text().replace("pass", "fail", 1))
     assert _invoke("run", "--capture", folder, "--out", str(doc), "--check").exit_code == 1
 

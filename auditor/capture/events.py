@@ -49,6 +49,7 @@ from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import (
     HASH_FNV1A,
     HASH_KINDS,
+    Effect,
     ProcessCapture,
     Record,
     SnapshotRegion,
@@ -191,6 +192,48 @@ def _lt_desc(value: Any) -> str | None:
 
 
 MAX_BATCH_POINTERS = 4096  # the recorder's MAX_BATCH_POINTERS
+MAX_RUNS = 1 << 22  # changed runs one effect event may list
+
+
+def _blobs(value: Any) -> str | None:
+    """A deep capture's struct parameters: [index, hex of its bytes] pairs."""
+    if type(value) is not list or len(value) > MAX_PARAMS:
+        return f"must be a list of at most {MAX_PARAMS} [index, hex] pairs"
+    for i, pair in enumerate(value):
+        if (
+            type(pair) is not list
+            or len(pair) != 2
+            or type(pair[0]) is not int
+            or not 0 <= pair[0] < MAX_PARAMS
+            or type(pair[1]) is not str
+            or len(pair[1]) % 2
+            or len(pair[1]) > 2 * MAX_PARAM_BYTES
+            or not _HEX_BYTES.fullmatch(pair[1])
+        ):
+            return f"[{i}] must be [parameter index, an even number of hex digits]"
+    return None
+
+
+_HEX_BYTES = re.compile(r"[0-9a-f]*")
+
+
+def _runs(value: Any) -> str | None:
+    """An effect's changed memory: [address, bytes] runs, ascending, none touching the next."""
+    if type(value) is not list or len(value) > MAX_RUNS:
+        return f"must be a list of at most {MAX_RUNS} [address, bytes] runs"
+    end = -1
+    for i, run in enumerate(value):
+        if type(run) is not list or len(run) != 2 or type(run[0]) is not int:
+            return f"[{i}] must be a pair of integers [address, bytes]"
+        address, size = run
+        if type(size) is not int or not 0 < size <= LIMIT or not 0 <= address < 2**64 - size:
+            return f"[{i}] must be an address and a byte count from 1 to 2**40"
+        if address <= end:
+            return f"[{i}] starts at {address}, not after the run before it (ends at {end})"
+        end = address + size
+    return None
+
+
 SEQ = _integer(0, 2**63 - 1, "2**63 - 1")
 U64 = _integer(0, 2**64 - 1, "2**64 - 1")
 PID = _integer(0, 2**31 - 1, "2**31 - 1")
@@ -245,19 +288,26 @@ FIELDS: dict[str, dict[str, Check]] = {
         "count": SIZE,
     },
     "exit": {"pid": PID},
+    # a deep capture: what the call of seq `launch` changed, every live allocation compared
+    "effect": {"launch": SEQ, "allocations": SIZE, "bytes": SIZE, "changed": _runs},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
     # how the recorder hashed its snapshot regions (absent: fnv1a, recorders before mix64)
-    "init": {"hash": _one_of(*HASH_KINDS)},
+    # "deep": recorded with --deep (an effect event after every launch, memset and copy)
+    "init": {"hash": _one_of(*HASH_KINDS), "deep": _boolean},
     # on a launch whose parameters could not be read: -1 no CUfunction was found for it, -2 the
     # driver has no cuFuncGetParamInfo, else that call's CUresult for the first parameter
     # "via": the runtime call (cudaLaunchKernel, ...) inside which the runtime made this launch
     # "captured": made into a stream being captured into a CUDA graph (it runs when the graph
     # is launched, not now)
+    # deep captures: "by", the library that made the launch (from the call stack; "?" where
+    # it could not be told), and "blobs", the bytes of its parameters larger than 8 bytes
     "kernel": {
         "param_info_rc": _integer(-2, 2**31 - 1, "2**31 - 1"),
         "via": _string,
         "captured": _boolean,
+        "by": _string,
+        "blobs": _blobs,
     },
     # a cublasLtMatmul's alpha and beta, where its log named their addresses and they were read
     "ltmatmul": {"alpha_bits": _U64, "beta_bits": _U64},
@@ -334,6 +384,18 @@ def source_name(symbol: str) -> str:
             break
         i += symbol[i : i + 1] == "L"
     return last or symbol
+
+
+def _pointer_words(raw: list[list[int]] | None, blobs: list[list[Any]] | None) -> tuple[int, ...]:
+    """Every non-zero 8-byte value a launch was handed: its 8-byte parameters, and each aligned
+    8-byte word of its struct parameters (a CuPy CArray, cuBLAS's parameter blocks), where the
+    pointers such a kernel writes through are."""
+    words = {value for size, value in raw or () if size == 8}
+    for _, hexed in blobs or ():
+        data = bytes.fromhex(hexed)
+        words.update(struct.unpack_from(f"<{len(data) // 8}Q", data))
+    words.discard(0)
+    return tuple(sorted(words))
 
 
 def _decode_params(name: str, raw: list[list[int]] | None) -> tuple[dict[str, Any], bool]:
@@ -695,11 +757,17 @@ def read_process(events_path: Path) -> ProcessCapture:
     last_seq, last_ev = -1, ""
 
     last_record: dict[int, Record] = {}  # tid -> the last call recorded on that thread
+    # tid -> the seq of the GEMM record of the last cuBLAS call on that thread, -1 for a call
+    # that is no GEMM: a launch cuBLAS made (deep captures say so) belongs to that call
+    cublas_call: dict[int, int] = {}
+    observed_seqs: set[int] = set()  # kernel launches, memsets and copies: what effects follow
 
     def close(tid: int) -> None:
         if tid in open_calls:
             line, messages = open_calls.pop(tid)
-            if (record := _cublas_record(name, line, messages)) is not None:
+            record = _cublas_record(name, line, messages)
+            cublas_call[tid] = -1 if record is None else record.seq
+            if record is not None:
                 proc.records.append(record)
                 last_record[tid] = record
 
@@ -732,6 +800,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                 _refuse(where, f'"pid" {event["pid"]} is not the pid {pid} the file is named by')
             if ev == "init":
                 proc.init = event
+                proc.deep = event.get("deep") is True
             elif ev == "note":
                 proc.notes.append(event["msg"])
             elif ev == "kernel":
@@ -751,7 +820,11 @@ def read_process(events_path: Path) -> ProcessCapture:
                 # one string per kernel name, not one per launch; the API the trainer called
                 # (a runtime launch reaches the driver's cuLaunchKernel "via" it)
                 kernel, api = sys.intern(kname), sys.intern(event.get("via") or event["api"])
-                record = Record(seq, ev, kernel, api, args, decoded, number)
+                by = event.get("by", "")
+                within = cublas_call.get(tid, -1) if "cublas" in by else None
+                pointers = () if decoded else _pointer_words(event["params"], event.get("blobs"))
+                record = Record(seq, ev, kernel, api, args, decoded, number, within, pointers)
+                observed_seqs.add(seq)
                 proc.records.append(record)
                 last_record[tid] = record
                 kernel_seqs.add(seq)
@@ -764,6 +837,24 @@ def read_process(events_path: Path) -> ProcessCapture:
                 api = sys.intern(event["api"])
                 proc.records.append(Record(seq, ev, ev, api, args, True, number))
                 last_record[tid] = proc.records[-1]
+                if ev in ("memset", "copy"):
+                    observed_seqs.add(seq)
+            elif ev == "effect":
+                launch = event["launch"]
+                if launch not in observed_seqs:
+                    _refuse(
+                        where,
+                        f"an effect of call {launch}: no kernel launch, memset or copy of that "
+                        "seq comes before it",
+                    )
+                if launch in proc.effects:
+                    _refuse(where, f"a second effect of call {launch}")
+                proc.effects[launch] = Effect(
+                    launch,
+                    event["allocations"],
+                    event["bytes"],
+                    tuple((a, n) for a, n in event["changed"]),
+                )
             elif ev == "ltmatmul":
                 args = lt_gemm(event)
                 if _inside_classic_call(last_record.get(tid), args):
@@ -772,6 +863,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                 record = Record(seq, "gemm", "cublasLtMatmul", "cublasLtMatmul", args, True, number)
                 proc.records.append(record)
                 last_record[tid] = record
+                cublas_call[tid] = seq
             elif ev == "snapshot":
                 if (problem := _snapshot_problem(event)) is not None:
                     _refuse(where, problem)
@@ -817,6 +909,11 @@ def read_process(events_path: Path) -> ProcessCapture:
                 e["skip_col"],
                 hash_kind,
             )
+        )
+    if proc.effects and not proc.deep:
+        first = min(proc.effects)
+        _refuse(
+            name, f"an effect of call {first}, and the init event does not say the capture is deep"
         )
     proc.ended = last_ev == "exit"
     proc.records.sort(key=lambda r: r.seq)

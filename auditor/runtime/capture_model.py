@@ -94,6 +94,26 @@ class Record:
     args: dict[str, Any]
     decoded: bool = True  # kernels: parameters named from egf-audit's kernel table
     line: int = 0  # the events file's line it came from (1-based), for messages
+    # a deep capture's kernel launch made by cuBLAS itself (the recorder found a cuBLAS library
+    # on its call stack): the seq of the GEMM record whose call made it, -1 inside a cuBLAS call
+    # that is no GEMM; None for the trainer's own launches
+    within: int | None = None
+    # a deep capture's unknown kernel: every 8-byte value among its parameters (plain ones and
+    # the aligned words of struct parameters), the pointers it may have been handed
+    pointers: tuple[int, ...] = ()
+
+
+class Effect(NamedTuple):
+    """What one call was observed to change, in a deep capture (`egf-audit capture --deep`):
+    once the call had finished, the recorder compared every live allocation word by word with
+    its own device copy of it, on the GPU, and wrote the runs of words that differ (then
+    brought its copy up to date). `allocations` and `bytes` say what it compared, so a capture
+    that skipped memory is seen."""
+
+    launch: int  # the seq of the call's record
+    allocations: int
+    bytes: int
+    changed: tuple[tuple[int, int], ...]  # (address, bytes) runs, in address order
 
 
 @dataclass(frozen=True)
@@ -133,6 +153,8 @@ class ProcessCapture:
     cut_off: str = ""  # "events-<pid>.jsonl line N": its last line, cut off mid-write
     internal_lt: int = 0  # cublasLtMatmul calls cuBLAS made inside a logged classic call
     graph_launches: int = 0  # cuGraphLaunch / cudaGraphLaunch calls: replays it cannot follow
+    deep: bool = False  # recorded with --deep: an Effect after every launch, memset and copy
+    effects: dict[int, Effect] = field(default_factory=dict)  # by the call's seq
     _regions: dict[tuple[int, str], dict[str, SnapshotRegion]] | None = field(
         default=None, repr=False
     )

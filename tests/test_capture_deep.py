@@ -1,0 +1,181 @@
+"""`egf-audit capture --deep` on the CPU: the stand-in captured deep by the recorder's emulation
+(tests/cpu_capture.py: after every launch, memset and copy, every buffer compared word by word
+with a copy of it), then edited into lies. EGF013 must hold every observed change to what its
+call may write and fail on each gap in the observation; the reader must refuse a malformed
+effect. The fault catalogue captured deep is tests/test_capture_faults.py's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cpu_capture import PID, capture_standin
+
+from egf_audit.capture.audit import CaptureAudit, audit_capture
+from egf_audit.errors import UsageError
+from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
+from egf_audit.runtime.capture_spans import Spans
+
+EVENTS = f"events-{PID}.jsonl"
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return capture_standin(tmp_path_factory.mktemp("deep") / "clean", None, deep=True)
+
+
+def _lines(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / EVENTS).read_text().splitlines()]
+
+
+def _edited(deep: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the deep capture with its events passed through `edit` (a list in, a list out)."""
+    out = tmp_path / "edited"
+    out.mkdir()
+    for f in deep.iterdir():
+        if f.name != EVENTS:
+            (out / f.name).write_bytes(f.read_bytes())
+    events = edit(_lines(deep))
+    text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
+    (out / EVENTS).write_text(text)
+    return out
+
+
+def _verdict(audit: CaptureAudit, code: str):
+    (process,) = audit.processes
+    return dict(process.verdicts)[code]
+
+
+def test_the_deep_capture_passes_and_observes_every_call(deep):
+    audit = audit_capture(deep)
+    assert audit.ok
+    v = _verdict(audit, "EGF013")
+    assert v.status == PASS
+    events = _lines(deep)
+    calls = [e for e in events if e["ev"] in ("kernel", "memset", "copy")]
+    effects = [e for e in events if e["ev"] == "effect"]
+    assert v.evidence["calls_observed"] == len(calls) == len(effects)
+    assert v.evidence["bytes_changed"] > 0
+
+
+def test_an_undeep_capture_leaves_egf013_undecided_with_the_reason(tmp_path):
+    audit = audit_capture(capture_standin(tmp_path / "plain", None))
+    v = _verdict(audit, "EGF013")
+    assert v.status == UNDECIDED and v.summary.startswith("not a deep capture")
+    assert _verdict(audit, "EGF002").status == PASS  # decided from the declared writes
+
+
+def _first(events: list[dict], **match) -> int:
+    return next(i for i, e in enumerate(events) if all(e.get(k) == v for k, v in match.items()))
+
+
+def test_a_call_without_its_effect_fails(deep, tmp_path):
+    def drop(events):
+        scale = _first(events, ev="kernel", name="sp14_scale_wire_col")
+        effect = _first(events, ev="effect", launch=events[scale]["seq"])
+        return events[:effect] + events[effect + 1 :]
+
+    v = _verdict(audit_capture(_edited(deep, tmp_path, drop)), "EGF013")
+    assert v.status == FAIL
+    assert "no effect of it was recorded" in v.summary and "sp14_scale_wire_col" in v.summary
+
+
+def test_an_effect_that_skipped_an_allocation_fails(deep, tmp_path):
+    def short(events):
+        events[_first(events, ev="effect")]["allocations"] -= 1
+        return events
+
+    v = _verdict(audit_capture(_edited(deep, tmp_path, short)), "EGF013")
+    assert v.status == FAIL and "bytes were live when it ran" in v.summary
+
+
+def test_a_change_outside_the_declared_writes_is_named(deep, tmp_path):
+    """The scale's effect gains one changed word in target_params: EGF013 names the launch, the
+    buffer and the element."""
+    layout = json.loads((deep / "layout.json").read_text())
+    target = layout["buffers"]["target_params"]["address"]
+
+    def stray(events):
+        scale = _first(events, ev="kernel", name="sp14_scale_wire_col")
+        effect = events[_first(events, ev="effect", launch=events[scale]["seq"])]
+        effect["changed"] = sorted([*effect["changed"], [target + 8, 4]])
+        return events
+
+    v = _verdict(audit_capture(_edited(deep, tmp_path, stray)), "EGF013")
+    assert v.status == FAIL
+    assert "sp14_scale_wire_col wrote target_params[2]" in v.summary
+
+
+def test_a_gemm_kernel_writing_outside_c_is_the_gemm_s_finding(deep, tmp_path):
+    """cuBLAS's own launch inside an SGEMM may write C (and cuBLAS's workspace), not A."""
+
+    def stray(events):
+        kernel = _first(events, ev="kernel", by="libcublas.so.13")
+        effect = events[_first(events, ev="effect", launch=events[kernel]["seq"])]
+        header = max(
+            i for i in range(kernel) if events[i]["ev"] == "cublas" and "I! " in events[i]["msg"]
+        )
+        a = next(
+            int(e["msg"].split("0x0x")[1].split(")")[0], 16)
+            for e in events[header:kernel]
+            if e["msg"].startswith("i!  A:")
+        )
+        effect["changed"] = sorted([*effect["changed"], [a, 4]])
+        return events
+
+    v = _verdict(audit_capture(_edited(deep, tmp_path, stray)), "EGF013")
+    assert v.status == FAIL
+    assert "(in cublasSgemm_v2 #" in v.summary and "outside its declared write region" in v.summary
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda e: e.update(launch=10**9), "no kernel launch, memset or copy of that seq"),
+        (lambda e: e.update(changed=[[64, 8], [60, 8]]), "not after the run before it"),
+        (lambda e: e.update(changed=[[64, 0]]), "byte count from 1"),
+        (lambda e: e.pop("bytes"), '"bytes" is missing'),
+    ],
+    ids=["unknown-launch", "overlapping-runs", "empty-run", "no-bytes"],
+)
+def test_a_malformed_effect_is_refused(deep, tmp_path, edit, says):
+    def broken(events):
+        edit(events[_first(events, ev="effect")])
+        return events
+
+    with pytest.raises(UsageError, match=says):
+        audit_capture(_edited(deep, tmp_path, broken))
+
+
+def test_effects_in_a_capture_that_is_not_deep_are_refused(deep, tmp_path):
+    def undeep(events):
+        events[0].pop("deep")
+        return events
+
+    with pytest.raises(UsageError, match="does not say the capture is deep"):
+        audit_capture(_edited(deep, tmp_path, undeep))
+
+
+def test_a_second_effect_of_one_call_is_refused(deep, tmp_path):
+    def twice(events):
+        for e in events:  # room for one more line after each: every seq (and launch) doubled
+            e["seq"] *= 2
+            if "launch" in e:
+                e["launch"] *= 2
+        i = _first(events, ev="effect")
+        events.insert(i + 1, dict(events[i], seq=events[i]["seq"] + 1))
+        return events
+
+    with pytest.raises(UsageError, match="a second effect of call"):
+        audit_capture(_edited(deep, tmp_path, twice))
+
+
+def test_spans_set_algebra():
+    a = Spans.of([(0, 10), (20, 30), (5, 12)])
+    assert a.ranges == ((0, 12), (20, 30))
+    assert a.minus(Spans.of([(3, 4), (11, 25)])).ranges == ((0, 3), (4, 11), (25, 30))
+    assert a.intersect(Spans.of([(8, 22)])).ranges == ((8, 12), (20, 22))
+    assert a.union(Spans.of([(12, 20)])).ranges == ((0, 30),)
+    assert Spans.runs([(100, 4), (104, 4)]).ranges == ((100, 108),)
+    assert not a.minus(a) and a.bytes == 22
