@@ -126,28 +126,40 @@ def polyak_error_ulps(
     return torch.where(propagated, 0.0, torch.where(ulps.isnan(), torch.inf, ulps))
 
 
-def _first_and_count(mask: torch.Tensor) -> tuple[int, int]:
-    """(first set element or -1, how many are set) of a flat mask, read back together."""
+def _first_and_count(mask: torch.Tensor) -> torch.Tensor:
+    """[first set element or -1, how many are set] of a flat mask, on its device (float64:
+    exact below 2**53), to be read back with the rest of the check."""
     if not mask.numel():
-        return -1, 0
+        return torch.tensor([-1.0, 0.0], dtype=torch.float64, device=mask.device)
     first = torch.where(mask.any(), mask.int().argmax(), -1)
-    found = torch.stack([first, mask.sum()]).tolist()
-    return int(found[0]), int(found[1])
+    return torch.stack([first, mask.sum()]).double()
 
 
-def _step_findings(trace: Trace, step: int, tau: float) -> tuple[list[dict[str, Any]], float]:
-    """What one step shows, and the largest Polyak ulp distance it measured: on the oracle's
-    device, from the snapshots where they were copied (oracle/inputs.py)."""
-    at = {"scenario": trace.scenario, "step": step}
+def _step_measures(trace: Trace, step: int, tau: float) -> torch.Tensor:
+    """One step's values measured on the oracle's device, from the snapshots where they were
+    copied (oracle/inputs.py): [first changed element, elements changed, first element off,
+    elements off, max ulp], read back with every other step's (one host read a mode, not three
+    a step)."""
     dev = device()
     start = flat_snapshot(trace, step, STEP_START, TARGET, dev)
     before = flat_snapshot(trace, step, BEFORE_POLYAK, TARGET, dev)
     online = flat_snapshot(trace, step, BEFORE_POLYAK, "params", dev)
     end = flat_snapshot(trace, step, STEP_END, TARGET, dev)
-    found = []
-
     # the bit patterns: +0.0 and -0.0 differ, NaN never equals a number
-    element, changed = _first_and_count(start.view(torch.int32) != before.view(torch.int32))
+    changed = _first_and_count(start.view(torch.int32) != before.view(torch.int32))
+    ulps = polyak_error_ulps(online, start, end, tau)
+    off = _first_and_count(ulps > MAX_POLYAK_ULP)
+    largest = ulps.max().reshape(1).double() if ulps.numel() else changed.new_zeros(1)
+    return torch.cat([changed, off, largest])
+
+
+def _value_findings(
+    trace: Trace, step: int, tau: float, measured: list[float]
+) -> list[dict[str, Any]]:
+    """What one step's values show, from its _step_measures read back (`measured`)."""
+    at = {"scenario": trace.scenario, "step": step}
+    found = []
+    element, changed = int(measured[0]), int(measured[1])
     if changed:
         found.append(
             at
@@ -157,10 +169,7 @@ def _step_findings(trace: Trace, step: int, tau: float) -> tuple[list[dict[str, 
                 "first_tensor": tensor_of_element(trace, TARGET, element),
             }
         )
-
-    ulps = polyak_error_ulps(online, start, end, tau)
-    element, off = _first_and_count(ulps > MAX_POLYAK_ULP)
-    max_ulp = float(ulps.max()) if ulps.numel() else 0.0
+    element, off = int(measured[2]), int(measured[3])
     if off:
         found.append(
             at
@@ -168,13 +177,20 @@ def _step_findings(trace: Trace, step: int, tau: float) -> tuple[list[dict[str, 
                 "problem": f"step_end target is not tau * params + (1 - tau) * target "
                 f"within {MAX_POLYAK_ULP} ulp",
                 "elements_off": off,
-                "max_ulp": json_float(max_ulp),
+                "max_ulp": json_float(measured[4]),
                 "first_tensor": tensor_of_element(trace, TARGET, element),
                 "first_element": element,
                 "tau": tau,
             }
         )
+    return found
 
+
+def _target_forward_findings(trace: Trace, step: int) -> list[dict[str, Any]]:
+    """Launches inside one step's target forward that are no forward launch or write a
+    backward buffer."""
+    at = {"scenario": trace.scenario, "step": step}
+    found = []
     target_forward = trace.launches_between(step, TARGET_FORWARD_BEGIN, TARGET_FORWARD_END)
     if not target_forward:
         found.append(at | {"problem": "no target forward between its checkpoints"})
@@ -189,7 +205,7 @@ def _step_findings(trace: Trace, step: int, tau: float) -> tuple[list[dict[str, 
                     "writes": written,
                 }
             )
-    return found, max_ulp
+    return found
 
 
 def _backward_reads_of_target(trace: Trace) -> list[dict[str, Any]]:
@@ -219,15 +235,28 @@ def _backward_reads_of_target(trace: Trace) -> list[dict[str, Any]]:
 def check(run: AuditRun, mode: str) -> Verdict:
     tau = float(run.config.hyper.tau)
     traces = mode_traces(run, mode)
-    findings, steps_checked, max_ulp = [], 0, 0.0
+    # Every step's values are measured on the device, all read back at once, then reported in
+    # the order of the checks: per trace its write sets, then per step its values and its
+    # target forward. What raises Missing raises where it did when each step read its own.
+    checked: list[tuple[Trace, list[dict[str, Any]], list[tuple[int, list[dict[str, Any]]]]]]
+    checked, measures = [], []
     for _, trace in traces:
-        findings += _stray_target_writes(trace)
-        findings += _backward_reads_of_target(trace)
+        launches = _stray_target_writes(trace) + _backward_reads_of_target(trace)
+        forwards = []
         for step in trace.training_steps():
-            steps_checked += 1
-            step_found, step_ulp = _step_findings(trace, step, tau)
-            max_ulp = max(max_ulp, step_ulp)
-            findings += step_found
+            measures.append(_step_measures(trace, step, tau))
+            forwards.append((step, _target_forward_findings(trace, step)))
+        checked.append((trace, launches, forwards))
+    read = iter(torch.stack(measures).tolist() if measures else [])
+    findings: list[dict[str, Any]] = []
+    max_ulp = 0.0
+    for trace, launches, forwards in checked:
+        findings += launches
+        for step, forward in forwards:
+            measured = next(read)
+            max_ulp = max(max_ulp, measured[4])
+            findings += _value_findings(trace, step, tau, measured) + forward
+    steps_checked = len(measures)
     evidence = {
         "steps_checked": steps_checked,
         "traces": [t.scenario for _, t in traces],

@@ -40,7 +40,7 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed
-from egf_audit.oracle.inputs import StepSnapshots, device
+from egf_audit.oracle.inputs import StepSnapshots, device, flat_snapshot
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     BEFORE_BACKWARD_FULL,
@@ -77,6 +77,7 @@ def _first_backward_full_launch(trace: Trace, step: int, site: str) -> Launch:
 
 
 def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[str, object]]:
+    """The last write to d_h_s2 before backward_full's first launch is a memset of all of it."""
     first = _first_backward_full_launch(trace, step, site)
     last_write = next(
         (x for x in reversed(trace.launches[: first.index]) if x.writes_to("d_h_s2")), None
@@ -92,13 +93,21 @@ def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[s
                 "backward_full_first": first.label,
             }
         )
-    baseline = trace.buffer_snapshot(step, site_checkpoint(site, BEFORE_BACKWARD_FULL), "d_h_s2")
-    nonzero = int(np.count_nonzero(baseline.view(np.uint32)))
-    if nonzero:
-        out.append(
-            {"kind": "d_h_s2-baseline-nonzero", "step": step, "site": site, "elements": nonzero}
-        )
     return out
+
+
+def _baseline_nonzero(trace: Trace, step: int, site: str) -> torch.Tensor:
+    """How many elements of d_h_s2 at `{site}:before_backward_full` are not +0.0 (bit
+    patterns: -0.0 and NaN count), on the oracle's device, to be read back later."""
+    point = site_checkpoint(site, BEFORE_BACKWARD_FULL)
+    baseline = flat_snapshot(trace, step, point, "d_h_s2", device())
+    return torch.count_nonzero(baseline.view(torch.int32)).double()
+
+
+def _baseline_failures(step: int, site: str, nonzero: int) -> list[dict[str, object]]:
+    if not nonzero:
+        return []
+    return [{"kind": "d_h_s2-baseline-nonzero", "step": step, "site": site, "elements": nonzero}]
 
 
 def _memsets_all(launch: Launch, n: int) -> bool:
@@ -145,14 +154,15 @@ class TrunkEntry(TypedDict):
     max_err_over_bound: float
 
 
-def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> TrunkEntry:
+def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> torch.Tensor:
     """|d_h_s2 - ref| against the bound gamma_N * M, elementwise, where M sums the magnitudes of
     every term and N is twice the number of terms an element sums (VALH products, one column
     per branch, AUXK products). gamma_N = N u / (1 - N u) bounds the error of ANY fp32
     evaluation order of such a sum (Higham, Accuracy and Stability, ch. 3), so the tolerance
     holds for cuBLAS and the CPU alike with no tuned constant. In float64 on the oracle's
-    device: on the GPU the snapshots are read where they were copied, and four numbers come
-    back."""
+    device: on the GPU the snapshots are read where they were copied. Returns [elements over,
+    max|err|, max|ref|, max err/bound] on that device, read back with every other site-step's
+    (_trunk_entry)."""
     dims = run.config.dims
     s2 = dims.SH2
     point = site_checkpoint(site, TRUNK_ENTRY)
@@ -186,7 +196,11 @@ def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> TrunkEntry:
     err = (got - ref).abs()
     err = torch.where(err.isnan(), torch.inf, err)  # a NaN never passes
     over = (~(err <= bound)).sum().double()  # a NaN bound fails too
-    measured = torch.stack([over, err.max(), ref.abs().max(), (err / bound).max()]).tolist()
+    return torch.stack([over, err.max(), ref.abs().max(), (err / bound).max()])
+
+
+def _trunk_entry(step: int, site: str, measured: list[float]) -> TrunkEntry:
+    """A _recompute read back."""
     return {
         "step": step,
         "site": site,
@@ -242,18 +256,31 @@ def _wire_column_reads(trace: Trace, step: int, sh2: int) -> list[dict[str, obje
 def check(run: AuditRun, mode: str) -> Verdict:
     trace = production(run, mode)
     dims = run.config.dims
-    failures: list[dict[str, object]] = []
-    errors: list[TrunkEntry] = []
+    # Every site-step's values are measured on the device and read back at once, then reported
+    # in the order of the checks; what raises Missing raises where it did before.
+    checked: list[tuple[int, list[dict[str, object]], list[list[dict[str, object]]]]] = []
+    measures: list[torch.Tensor] = []
     accumulates = 0
     for step in steps(trace):
+        zeroing = []
         for site in SITES:
-            failures += _zeroing_failures(trace, step, site, dims.B * dims.SH2)
-            result = _recompute(run, trace, step, site)
+            zeroing.append(_zeroing_failures(trace, step, site, dims.B * dims.SH2))
+            nonzero = _baseline_nonzero(trace, step, site)
+            measures.append(torch.cat([nonzero.reshape(1), _recompute(run, trace, step, site)]))
+        checked.append((step, _wire_column_reads(trace, step, dims.SH2), zeroing))
+        accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE_KERNEL)
+    read = iter(torch.stack(measures).tolist())
+    failures: list[dict[str, object]] = []
+    errors: list[TrunkEntry] = []
+    for step, wire_reads, zeroing in checked:
+        for site, zeroing_failures in zip(SITES, zeroing, strict=True):
+            measured = next(read)
+            failures += zeroing_failures + _baseline_failures(step, site, int(measured[0]))
+            result = _trunk_entry(step, site, measured[1:])
             errors.append(result)
             if result["elements_over"]:
                 failures.append({"kind": "trunk-entry-mismatch", **_json(result)})
-        failures += _wire_column_reads(trace, step, dims.SH2)
-        accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE_KERNEL)
+        failures += wire_reads
 
     pairs = len(errors)
     evidence: dict[str, object] = {

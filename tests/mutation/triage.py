@@ -304,7 +304,7 @@ TRIAGE: tuple[Entry, ...] = (
     ),
     Entry(
         E5,
-        "_step_findings",
+        "_step_measures",
         "ulps > MAX_POLYAK_ULP",
         "boundary",
         "a result exactly 2 ulp away (the tolerance's edge)",
