@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from egf_audit.runtime.capture_model import GEMM_KINDS
 from egf_audit.runtime.capture_spans import (
-    GEMM_KINDS,
     Spans,
     Unbounded,
     allocations_holding,

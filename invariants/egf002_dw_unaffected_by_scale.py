@@ -16,7 +16,8 @@ from egf_audit.invariants.registry import (
     passed,
     undecided,
 )
-from egf_audit.runtime.capture_spans import GEMM_KINDS, Spans, Unbounded, declared
+from egf_audit.runtime.capture_model import GEMM_KINDS
+from egf_audit.runtime.capture_spans import Spans, Unbounded, declared
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD,
     AFTER_FORWARD,
@@ -144,10 +145,13 @@ def _writes(r: Record, changed: dict[int, Spans]) -> Spans | None:
 
 def _step_problems(
     records: list[Record], dw: Spans, cols: int, changed: dict[int, Spans], step: int
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
+    """(findings, what cannot be judged): a GEMM whose operands cannot be placed may read the
+    scale's output or compute part of dW; its step's coverage is then not judged either."""
     taint = Spans()  # bytes whose last writer is the scale
     computed = Spans()  # bytes of dW w_b0fc the step's GEMMs wrote
     problems: list[str] = []
+    unplaced: list[str] = []
     for r in records:
         if r.within is not None:
             continue  # cuBLAS's own launch: part of its GEMM call (in `changed` under the GEMM)
@@ -155,7 +159,7 @@ def _step_problems(
             try:
                 writes, reads = declared(r, "w"), declared(r, "r")
             except Unbounded as exc:
-                problems.append(f"step {step}: GEMM #{r.seq} cannot be placed ({exc})")
+                unplaced.append(f"step {step}: {r.name} #{r.seq} ({exc})")
                 continue
             if writes.intersect(dw):
                 computed = computed.union(writes.intersect(dw))
@@ -174,13 +178,13 @@ def _step_problems(
             f"step {step}: dW w_b0fc holds {left.bytes // 4} elements the scale wrote when the "
             "step ends"
         )
-    if missing := dw.minus(computed):
+    if (missing := dw.minus(computed)) and not unplaced:
         first = (missing.ranges[0][0] - dw.ranges[0][0]) // 4
         problems.append(
             f"step {step}: the step's GEMMs leave {missing.bytes // 4} of {dw.bytes // 4} "
             f"elements of dW w_b0fc unwritten (first: row {first // cols}, column {first % cols})"
         )
-    return problems
+    return problems, unplaced
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:
@@ -205,12 +209,21 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     if not steps:
         return failed("no training step reached its polyak_ema: no dW w_b0fc to follow")
     problems: list[str] = []
+    unplaced: list[str] = []
     for step in steps:
         records = [r for r, x in zip(ct.records, ct.trace.launches, strict=True) if x.step == step]
-        problems += _step_problems(records, dw, cols, changed, step)
+        step_problems, step_unplaced = _step_problems(records, dw, cols, changed, step)
+        problems += step_problems
+        unplaced += step_unplaced
     writes = "declared and observed (--deep)" if ct.process.deep else "declared"
     if problems:
-        return failed_with(problems, writes=writes)
+        return failed_with(problems, writes=writes, unplaced=unplaced)
+    if unplaced:
+        return undecided(
+            f"{len(unplaced)} GEMMs cannot be placed, so whether they read the scale's output "
+            f"or compute dW w_b0fc is unknown (first: {unplaced[0]})",
+            unplaced=unplaced,
+        )
     return passed(
         f"dW w_b0fc computed whole in {len(steps)} steps, from nothing the scale wrote, and "
         "holding none of its output",

@@ -9,6 +9,7 @@ and every spectral-norm launch that touches u or v covers the whole vector.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -22,12 +23,13 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.trace import tensor_table
+from egf_audit.runtime.capture_model import bindings_of
+from egf_audit.runtime.trace import Trace, tensor_table
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Binding, BufferLayout, Launch, Trace
+    from egf_audit.runtime.trace import Binding, BufferLayout, Launch
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
 SN_PREFIX = "spectral_norm:"
@@ -253,7 +255,15 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     steps_run = ct.steps()
     if not steps_run:
         return failed("no training step reached its polyak_ema: no update to judge")
-    return judge(ct.trace, steps_run, adv, sh2 + 1, _touches_sn_vector)
+    # judged against the allocation-level buffers: a view the layout names inside params (or
+    # another state table) is not the table an Adam slice must sit on
+    outer = ct.layout.outermost()
+    trace = Trace(ct.trace.scenario, ct.trace.backend, outer.as_trace_layout())
+    trace.launches = [
+        dataclasses.replace(x, bindings=bindings_of(outer, r))
+        for x, r in zip(ct.trace.launches, ct.records, strict=True)
+    ]
+    return judge(trace, steps_run, adv, sh2 + 1, _touches_sn_vector)
 
 
 INVARIANT = Invariant(

@@ -540,6 +540,7 @@ def capture_standin(
         "wall_s": round(wall, 3),
         "layout": "layout.json",
         "snapshot_kernels": list(snapshot),
+        "deep": deep,
         "processes": [
             {
                 "pid": PID,

@@ -179,3 +179,78 @@ def test_spans_set_algebra():
     assert a.union(Spans.of([(12, 20)])).ranges == ((0, 30),)
     assert Spans.runs([(100, 4), (104, 4)]).ranges == ((100, 108),)
     assert not a.minus(a) and a.bytes == 22
+
+
+def test_a_process_not_recorded_deep_in_a_deep_capture_is_incomplete(deep, tmp_path):
+    """--deep asked (the manifest says so) and the recorder wrote no effect: the capture
+    cannot be complete; EGF013 is then UNDECIDED and must not let the gate pass."""
+
+    def undeep(events):
+        events[0].pop("deep")
+        return [e for e in events if e["ev"] != "effect"]
+
+    audit = audit_capture(_edited(deep, tmp_path, undeep))
+    assert not audit.ok
+    assert any("--deep was asked for" in line for line in audit.incomplete)
+
+
+def test_deep_is_asked_of_the_recorder_only_by_the_option(tmp_path, monkeypatch):
+    from egf_audit.capture.command import _environment
+
+    monkeypatch.setenv("EGF_CAPTURE_DEEP", "1")  # inherited from the caller: ignored
+    plain = _environment(tmp_path / "lib.so", tmp_path, (), None, deep=False)
+    assert "EGF_CAPTURE_DEEP" not in plain
+    assert (
+        _environment(tmp_path / "lib.so", tmp_path, (), None, deep=True)["EGF_CAPTURE_DEEP"] == "1"
+    )
+
+
+def test_the_embedded_ptx_is_the_kernel_source_compiled(tmp_path):
+    """The recorder's KERNELS_PTX is egf_recorder_kernels.cu as `nvcc -ptx -arch=compute_75`
+    writes it, with its .version lowered to 7.0; it assembles for sm_90."""
+    import re
+    import shutil
+    import subprocess
+
+    from egf_audit.capture.build import SOURCE
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc here")
+    text = SOURCE.read_text(encoding="utf-8")
+    block = text.split("/* ---- kernels ptx ---- */\n")[1].split(
+        "/* ---- kernels ptx (end) ---- */"
+    )[0]
+    embedded = "".join(
+        bytes(m, "utf-8").decode("unicode_escape") for m in re.findall(r'^\s*"(.*)"$', block, re.M)
+    )
+    out = subprocess.run(
+        [
+            nvcc,
+            "-ptx",
+            "-arch=compute_75",
+            "-o",
+            "-",
+            str(SOURCE.with_name("egf_recorder_kernels.cu")),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = [line for line in out.splitlines() if not line.startswith("//")]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    compiled = "".join(
+        (".version 7.0" if line.startswith(".version") else line) + "\n" for line in lines
+    )
+    assert embedded == compiled
+    ptx = Path(
+        subprocess.run(["mktemp", "--suffix=.ptx"], capture_output=True, text=True).stdout.strip()
+    )
+    ptx.write_text(embedded)
+    assembled = subprocess.run(
+        [str(Path(nvcc).with_name("ptxas")), "-arch=sm_90", str(ptx), "-o", "/dev/null"],
+        capture_output=True,
+        text=True,
+    )
+    assert assembled.returncode == 0, assembled.stderr

@@ -171,6 +171,11 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
             audit.processes.append(audit_other_process(proc, section, given))
         if (graphs := graph_words(proc)) is not None:
             audit.incomplete.append(f"{section}: {graphs}")
+        if manifest is not None and manifest.deep and not proc.deep:
+            audit.incomplete.append(
+                f"{section}: --deep was asked for and its recorder did not record deep (its "
+                "notes say why)"
+            )
         if proc.cut_off:
             audit.incomplete.append(
                 f"{section}: {proc.cut_off} is cut off mid-write: the process died while the "

@@ -18,11 +18,12 @@ def capture(
     layout: Path | None,
     snapshot: list[str] | None,
     values_max: int | None,
+    deep: bool = False,
 ) -> int:
     kernels = tuple(snapshot) if snapshot else DEFAULT_SNAPSHOT
     if kernels == ("none",):
         kernels = ()
-    outcome = run_capture(command, out, layout, kernels, values_max)
+    outcome = run_capture(command, out, layout, kernels, values_max, deep)
     for p in outcome.processes:
         mark = " (audited)" if p["audited"] else ""
         typer.echo(

@@ -91,8 +91,13 @@ def audited_process(procs: list[ProcessCapture]) -> ProcessCapture:
     return max(procs, key=lambda p: (sum(r.name in abi for r in p.kernels()), len(p.records)))
 
 
-def _environment(lib: Path, into: Path, snapshot: tuple[str, ...], values_max: int | None) -> dict:
+def _environment(
+    lib: Path, into: Path, snapshot: tuple[str, ...], values_max: int | None, deep: bool
+) -> dict:
     env = dict(os.environ)
+    env.pop("EGF_CAPTURE_DEEP", None)  # deep only when asked here, never inherited
+    if deep:
+        env["EGF_CAPTURE_DEEP"] = "1"
     env["CUDA_INJECTION64_PATH"] = str(lib)
     env["EGF_CAPTURE_DIR"] = str(into)
     env["EGF_CAPTURE_SNAPSHOT"] = ",".join(snapshot)
@@ -333,6 +338,7 @@ def _record(
         "wall_s": round(wall, 3),
         "layout": LAYOUT_FILE if layout is not None else None,
         "snapshot_kernels": list(snapshot),
+        "deep": env.get("EGF_CAPTURE_DEEP") == "1",
         "processes": outcome.processes,
     }
     write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1) + "\n")
@@ -345,6 +351,7 @@ def run_capture(
     layout: Path | None = None,
     snapshot: tuple[str, ...] = DEFAULT_SNAPSHOT,
     values_max: int | None = None,
+    deep: bool = False,
 ) -> CaptureOutcome:
     """Run `command` under the recorder and replace `out` with the capture once it is complete
     (the module docstring says what is kept when it is not)."""
@@ -367,7 +374,7 @@ def run_capture(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     try:
-        env = _environment(lib, staging, snapshot, values_max)
+        env = _environment(lib, staging, snapshot, values_max, deep)
         outcome = _record(command, staging, layout, env, snapshot)
         old = _swap(staging, target, out)
     except BaseException:

@@ -25,6 +25,7 @@
 #include <cupti.h>
 #include <dlfcn.h>
 #include <elf.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -47,6 +48,8 @@ typedef void (*CublasLogFn)(const char *);
 typedef int (*LoggerConfigureFn)(int, int, int, const char *);
 typedef int (*SetLoggerFn)(CublasLogFn);
 typedef int (*GetPointerModeFn)(void *, int *);
+typedef CUresult (*HostAllocFn)(void **, size_t);
+typedef CUresult (*HostFreeFn)(void *);
 
 static struct {
     pthread_mutex_t lock;
@@ -64,6 +67,8 @@ static struct {
     DtoHFn dtoh;
     IsCapturingFn is_capturing;
     GetPointerModeFn get_pointer_mode;
+    HostAllocFn host_alloc;  // cuMemAllocHost: the snapshots' page-locked staging buffer
+    HostFreeFn host_free;
     int cublas_hooked;
     int lt_hooked;
     // The last polyak_ema's target region: snapshotted again at the first launch of the next
@@ -539,16 +544,25 @@ static uint64_t region_hash(const float *values, long long count, long long ld,
 }
 /* ---- region hash (end) ---- */
 
-// A region's values on the host, in this thread's staging buffer (grown, never shrunk): a
-// fresh allocation per region paid its page faults again each time (4096 of them for a prod
-// d_h_s2). Valid until this thread's next copy; NULL when the copy fails.
+// A region's values on the host, in this thread's staging buffer (grown, never shrunk), page-
+// locked where the driver gives one (a device-to-host copy into pageable memory is staged by
+// the driver, at a fraction of the speed): a fresh allocation per region paid its page faults
+// again each time. Valid until this thread's next copy; NULL when the copy fails.
 static __thread float *tl_stage;
 static __thread size_t tl_stage_count;
+static __thread int tl_stage_pinned;
 
 static float *copy_to_host(CUdeviceptr ptr, long long count) {
     if (count <= 0 || !g.dtoh) return NULL;
     if ((size_t)count > tl_stage_count) {
-        float *grown = realloc(tl_stage, (size_t)count * sizeof(float));
+        if (tl_stage && tl_stage_pinned) g.host_free(tl_stage);
+        if (tl_stage && !tl_stage_pinned) free(tl_stage);
+        tl_stage = NULL;
+        tl_stage_count = 0;
+        void *grown = NULL;
+        size_t bytes = (size_t)count * sizeof(float);
+        tl_stage_pinned = g.host_alloc && g.host_free && g.host_alloc(&grown, bytes) == CUDA_SUCCESS;
+        if (!tl_stage_pinned) grown = malloc(bytes);
         if (!grown) return NULL;
         tl_stage = grown;
         tl_stage_count = (size_t)count;
@@ -557,14 +571,16 @@ static float *copy_to_host(CUdeviceptr ptr, long long count) {
     return tl_stage;
 }
 
-// One region: the hash of all `count` elements (region_hash: those of column `skip_col` left
-// out when skip_col >= 0) and, up to values_max, the values themselves.
+static int device_hash(CUdeviceptr p, long long count, long long ld, long long skip_col,
+                       uint64_t *out);
+
+// One region: its hash `h` over all `count` elements (those of column `skip_col` left out when
+// skip_col >= 0) and, up to values_max, the values themselves from `host`.
 static void write_region(unsigned long long launch, const char *when, const char *region,
-                         CUdeviceptr ptr, const float *host, long long count, long long rows,
-                         long long ld, long long skip_col) {
-    uint64_t h = region_hash(host, count, ld, skip_col);
+                         CUdeviceptr ptr, const float *host, uint64_t h, long long count,
+                         long long rows, long long ld, long long skip_col) {
     long long keep = count < g.values_max ? count : g.values_max;
-    if (skip_col >= 0) keep = 0;  // the body of a matrix: its hash is what the audit reads
+    if (skip_col >= 0 || !host) keep = 0;  // the body of a matrix: its hash is what the audit reads
     if (!begin_event("snapshot")) return;
     long long offset = g.snapshot_bytes;
     if (keep > 0 && g.snapshots) {
@@ -580,11 +596,20 @@ static void write_region(unsigned long long launch, const char *when, const char
     end_event();
 }
 
+// A region of `count` elements: hashed on the GPU where the recorder's kernels load (then only
+// the values kept are copied), else hashed here over a copy of all of it.
 static void snap(unsigned long long launch, const char *when, const char *region, CUdeviceptr p,
                  long long count) {
-    float *host = copy_to_host(p, count);
-    if (!host) return;
-    write_region(launch, when, region, p, host, count, 1, count, -1);
+    uint64_t h = 0;
+    long long keep = count < g.values_max ? count : g.values_max;
+    float *host = NULL;
+    if (device_hash(p, count, count, -1, &h)) {
+        if (keep > 0 && !(host = copy_to_host(p, keep))) return;
+    } else {
+        if (!(host = copy_to_host(p, count))) return;
+        h = region_hash(host, count, count, -1);
+    }
+    write_region(launch, when, region, p, host, h, count, 1, count, -1);
 }
 
 // The wire column (values) and the rest of a [rows, ld] dX concat (hash only).
@@ -592,11 +617,637 @@ static void snap_concat(unsigned long long launch, const char *when, CUdeviceptr
                         long long ld) {
     float *host = copy_to_host(p, rows * ld);
     if (!host) return;
+    uint64_t body = 0;
+    if (!device_hash(p, rows * ld, ld, ld - 1, &body)) body = region_hash(host, rows * ld, ld, ld - 1);
     float *wire = malloc((size_t)rows * sizeof(float));
     for (long long b = 0; wire && b < rows; ++b) wire[b] = host[b * ld + ld - 1];
-    if (wire) write_region(launch, when, "wire", p, wire, rows, rows, 1, -1);
-    write_region(launch, when, "body", p, host, rows * ld, rows, ld, ld - 1);
+    if (wire) write_region(launch, when, "wire", p, wire, region_hash(wire, rows, 1, -1), rows, rows, 1, -1);
+    write_region(launch, when, "body", p, NULL, body, rows * ld, rows, ld, ld - 1);
     free(wire);
+}
+
+/* ---- --deep: every allocation compared after every launch, memset and copy ---- */
+// The recorder keeps a device copy (shadow) of every live allocation. After each call of the
+// trainer has finished, one kernel (egf_deep_diff in egf_recorder_kernels.cu, loaded by the recorder
+// itself) compares every allocation with its copy word by word on the GPU, sets a bit per
+// changed word and brings the copy up to date; only the bitmaps of allocations that changed
+// come back to the host, as runs of changed bytes in an `effect` event. Meant for smoke tests
+// at small shapes: it doubles the device memory and synchronises after every call.
+// PTX of egf_recorder_kernels.cu: `nvcc -ptx -arch=compute_75`, its .version lowered to 7.0 so
+// that older drivers load it too (tests/test_capture_deep.py compiles the source and compares).
+static const char KERNELS_PTX[] =
+/* ---- kernels ptx ---- */
+    ".version 7.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    "\n"
+    "\t// .globl\tegf_region_hash\n"
+    "\n"
+    ".visible .entry egf_region_hash(\n"
+    "\t.param .u64 egf_region_hash_param_0,\n"
+    "\t.param .u64 egf_region_hash_param_1,\n"
+    "\t.param .u64 egf_region_hash_param_2,\n"
+    "\t.param .u64 egf_region_hash_param_3,\n"
+    "\t.param .u64 egf_region_hash_param_4\n"
+    ")\n"
+    "{\n"
+    "\t.reg .pred \t%p<25>;\n"
+    "\t.reg .b32 \t%r<50>;\n"
+    "\t.reg .b64 \t%rd<110>;\n"
+    "\n"
+    "\n"
+    "\tld.param.u64 \t%rd25, [egf_region_hash_param_0];\n"
+    "\tld.param.u64 \t%rd26, [egf_region_hash_param_1];\n"
+    "\tld.param.u64 \t%rd27, [egf_region_hash_param_2];\n"
+    "\tld.param.u64 \t%rd28, [egf_region_hash_param_3];\n"
+    "\tld.param.u64 \t%rd29, [egf_region_hash_param_4];\n"
+    "\tmov.u32 \t%r1, %ntid.x;\n"
+    "\tmov.u32 \t%r2, %ctaid.x;\n"
+    "\tmul.wide.u32 \t%rd31, %r2, %r1;\n"
+    "\tmov.u32 \t%r3, %tid.x;\n"
+    "\tcvt.u64.u32 \t%rd32, %r3;\n"
+    "\tadd.s64 \t%rd105, %rd31, %rd32;\n"
+    "\tsetp.ge.u64 \t%p1, %rd105, %rd26;\n"
+    "\tmov.u64 \t%rd109, 0;\n"
+    "\t@%p1 bra \t$L__BB0_16;\n"
+    "\n"
+    "\tsetp.gt.s64 \t%p2, %rd27, 0;\n"
+    "\t@%p2 bra \t$L__BB0_9;\n"
+    "\tbra.uni \t$L__BB0_2;\n"
+    "\n"
+    "$L__BB0_9:\n"
+    "\tmov.u64 \t%rd109, 0;\n"
+    "\tcvt.u32.u64 \t%r16, %rd27;\n"
+    "\tmov.u32 \t%r19, %nctaid.x;\n"
+    "\n"
+    "$L__BB0_10:\n"
+    "\tor.b64  \t%rd71, %rd105, %rd27;\n"
+    "\tand.b64  \t%rd72, %rd71, -4294967296;\n"
+    "\tsetp.eq.s64 \t%p7, %rd72, 0;\n"
+    "\t@%p7 bra \t$L__BB0_12;\n"
+    "\n"
+    "\trem.u64 \t%rd107, %rd105, %rd27;\n"
+    "\tbra.uni \t$L__BB0_13;\n"
+    "\n"
+    "$L__BB0_12:\n"
+    "\tcvt.u32.u64 \t%r17, %rd105;\n"
+    "\trem.u32 \t%r18, %r17, %r16;\n"
+    "\tcvt.u64.u32 \t%rd107, %r18;\n"
+    "\n"
+    "$L__BB0_13:\n"
+    "\tsetp.eq.s64 \t%p8, %rd107, %rd28;\n"
+    "\tsetp.gt.s64 \t%p9, %rd28, -1;\n"
+    "\tand.pred  \t%p10, %p9, %p8;\n"
+    "\t@%p10 bra \t$L__BB0_15;\n"
+    "\n"
+    "\tcvta.to.global.u64 \t%rd73, %rd25;\n"
+    "\tshl.b64 \t%rd74, %rd105, 2;\n"
+    "\tadd.s64 \t%rd75, %rd73, %rd74;\n"
+    "\tld.global.u32 \t%rd76, [%rd75];\n"
+    "\tmul.lo.s64 \t%rd77, %rd105, -7046029254386353131;\n"
+    "\tadd.s64 \t%rd78, %rd77, %rd76;\n"
+    "\tshr.u64 \t%rd79, %rd78, 30;\n"
+    "\txor.b64  \t%rd80, %rd79, %rd78;\n"
+    "\tmul.lo.s64 \t%rd81, %rd80, -4658895280553007687;\n"
+    "\tshr.u64 \t%rd82, %rd81, 27;\n"
+    "\txor.b64  \t%rd83, %rd82, %rd81;\n"
+    "\tmul.lo.s64 \t%rd84, %rd83, -7723592293110705685;\n"
+    "\tshr.u64 \t%rd85, %rd84, 31;\n"
+    "\txor.b64  \t%rd86, %rd85, %rd84;\n"
+    "\tadd.s64 \t%rd109, %rd86, %rd109;\n"
+    "\n"
+    "$L__BB0_15:\n"
+    "\tmul.wide.u32 \t%rd87, %r19, %r1;\n"
+    "\tadd.s64 \t%rd105, %rd105, %rd87;\n"
+    "\tsetp.lt.u64 \t%p11, %rd105, %rd26;\n"
+    "\t@%p11 bra \t$L__BB0_10;\n"
+    "\tbra.uni \t$L__BB0_16;\n"
+    "\n"
+    "$L__BB0_2:\n"
+    "\tsetp.lt.s64 \t%p3, %rd28, 0;\n"
+    "\t@%p3 bra \t$L__BB0_7;\n"
+    "\n"
+    "\tadd.s64 \t%rd100, %rd31, %rd32;\n"
+    "\tmov.u64 \t%rd109, 0;\n"
+    "\tmov.u32 \t%r7, %nctaid.x;\n"
+    "\n"
+    "$L__BB0_4:\n"
+    "\tsetp.eq.s64 \t%p4, %rd28, 0;\n"
+    "\t@%p4 bra \t$L__BB0_6;\n"
+    "\n"
+    "\tcvta.to.global.u64 \t%rd37, %rd25;\n"
+    "\tshl.b64 \t%rd38, %rd100, 2;\n"
+    "\tadd.s64 \t%rd39, %rd37, %rd38;\n"
+    "\tld.global.u32 \t%rd40, [%rd39];\n"
+    "\tmul.lo.s64 \t%rd41, %rd100, -7046029254386353131;\n"
+    "\tadd.s64 \t%rd42, %rd41, %rd40;\n"
+    "\tshr.u64 \t%rd43, %rd42, 30;\n"
+    "\txor.b64  \t%rd44, %rd43, %rd42;\n"
+    "\tmul.lo.s64 \t%rd45, %rd44, -4658895280553007687;\n"
+    "\tshr.u64 \t%rd46, %rd45, 27;\n"
+    "\txor.b64  \t%rd47, %rd46, %rd45;\n"
+    "\tmul.lo.s64 \t%rd48, %rd47, -7723592293110705685;\n"
+    "\tshr.u64 \t%rd49, %rd48, 31;\n"
+    "\txor.b64  \t%rd50, %rd49, %rd48;\n"
+    "\tadd.s64 \t%rd109, %rd50, %rd109;\n"
+    "\n"
+    "$L__BB0_6:\n"
+    "\tmul.wide.u32 \t%rd51, %r7, %r1;\n"
+    "\tadd.s64 \t%rd100, %rd100, %rd51;\n"
+    "\tsetp.lt.u64 \t%p5, %rd100, %rd26;\n"
+    "\t@%p5 bra \t$L__BB0_4;\n"
+    "\tbra.uni \t$L__BB0_16;\n"
+    "\n"
+    "$L__BB0_7:\n"
+    "\tadd.s64 \t%rd103, %rd31, %rd32;\n"
+    "\tcvta.to.global.u64 \t%rd8, %rd25;\n"
+    "\tmov.u32 \t%r12, %nctaid.x;\n"
+    "\tmul.wide.u32 \t%rd9, %r12, %r1;\n"
+    "\tmov.u64 \t%rd109, 0;\n"
+    "\n"
+    "$L__BB0_8:\n"
+    "\tshl.b64 \t%rd55, %rd103, 2;\n"
+    "\tadd.s64 \t%rd56, %rd8, %rd55;\n"
+    "\tld.global.u32 \t%rd57, [%rd56];\n"
+    "\tmul.lo.s64 \t%rd58, %rd103, -7046029254386353131;\n"
+    "\tadd.s64 \t%rd59, %rd58, %rd57;\n"
+    "\tshr.u64 \t%rd60, %rd59, 30;\n"
+    "\txor.b64  \t%rd61, %rd60, %rd59;\n"
+    "\tmul.lo.s64 \t%rd62, %rd61, -4658895280553007687;\n"
+    "\tshr.u64 \t%rd63, %rd62, 27;\n"
+    "\txor.b64  \t%rd64, %rd63, %rd62;\n"
+    "\tmul.lo.s64 \t%rd65, %rd64, -7723592293110705685;\n"
+    "\tshr.u64 \t%rd66, %rd65, 31;\n"
+    "\txor.b64  \t%rd67, %rd66, %rd65;\n"
+    "\tadd.s64 \t%rd109, %rd67, %rd109;\n"
+    "\tadd.s64 \t%rd103, %rd103, %rd9;\n"
+    "\tsetp.lt.u64 \t%p6, %rd103, %rd26;\n"
+    "\t@%p6 bra \t$L__BB0_8;\n"
+    "\n"
+    "$L__BB0_16:\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 {%r21,%r22}, %rd109;\n"
+    "\t// end inline asm\n"
+    "\tmov.u32 \t%r41, 2;\n"
+    "\tmov.u32 \t%r42, 31;\n"
+    "\tmov.u32 \t%r43, 16;\n"
+    "\tmov.u32 \t%r44, -1;\n"
+    "\tshfl.sync.down.b32 \t%r24|%p12, %r22, %r43, %r42, %r44;\n"
+    "\tshfl.sync.down.b32 \t%r23|%p13, %r21, %r43, %r42, %r44;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 %rd89, {%r23,%r24};\n"
+    "\t// end inline asm\n"
+    "\tadd.s64 \t%rd90, %rd89, %rd109;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 {%r25,%r26}, %rd90;\n"
+    "\t// end inline asm\n"
+    "\tmov.u32 \t%r45, 8;\n"
+    "\tshfl.sync.down.b32 \t%r28|%p14, %r26, %r45, %r42, %r44;\n"
+    "\tshfl.sync.down.b32 \t%r27|%p15, %r25, %r45, %r42, %r44;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 %rd91, {%r27,%r28};\n"
+    "\t// end inline asm\n"
+    "\tadd.s64 \t%rd92, %rd91, %rd90;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 {%r29,%r30}, %rd92;\n"
+    "\t// end inline asm\n"
+    "\tmov.u32 \t%r46, 4;\n"
+    "\tshfl.sync.down.b32 \t%r32|%p16, %r30, %r46, %r42, %r44;\n"
+    "\tshfl.sync.down.b32 \t%r31|%p17, %r29, %r46, %r42, %r44;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 %rd93, {%r31,%r32};\n"
+    "\t// end inline asm\n"
+    "\tadd.s64 \t%rd94, %rd93, %rd92;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 {%r33,%r34}, %rd94;\n"
+    "\t// end inline asm\n"
+    "\tshfl.sync.down.b32 \t%r36|%p18, %r34, %r41, %r42, %r44;\n"
+    "\tshfl.sync.down.b32 \t%r35|%p19, %r33, %r41, %r42, %r44;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 %rd95, {%r35,%r36};\n"
+    "\t// end inline asm\n"
+    "\tadd.s64 \t%rd96, %rd95, %rd94;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 {%r37,%r38}, %rd96;\n"
+    "\t// end inline asm\n"
+    "\tmov.u32 \t%r47, 1;\n"
+    "\tshfl.sync.down.b32 \t%r40|%p20, %r38, %r47, %r42, %r44;\n"
+    "\tshfl.sync.down.b32 \t%r39|%p21, %r37, %r47, %r42, %r44;\n"
+    "\t// begin inline asm\n"
+    "\tmov.b64 %rd97, {%r39,%r40};\n"
+    "\t// end inline asm\n"
+    "\tadd.s64 \t%rd24, %rd97, %rd96;\n"
+    "\tand.b32  \t%r49, %r3, 31;\n"
+    "\tsetp.ne.s32 \t%p22, %r49, 0;\n"
+    "\tsetp.eq.s64 \t%p23, %rd24, 0;\n"
+    "\tor.pred  \t%p24, %p22, %p23;\n"
+    "\t@%p24 bra \t$L__BB0_18;\n"
+    "\n"
+    "\tcvta.to.global.u64 \t%rd98, %rd29;\n"
+    "\tatom.global.add.u64 \t%rd99, [%rd98], %rd24;\n"
+    "\n"
+    "$L__BB0_18:\n"
+    "\tret;\n"
+    "\n"
+    "}\n"
+    "\t// .globl\tegf_deep_diff\n"
+    ".visible .entry egf_deep_diff(\n"
+    "\t.param .u64 egf_deep_diff_param_0,\n"
+    "\t.param .u64 egf_deep_diff_param_1,\n"
+    "\t.param .u64 egf_deep_diff_param_2\n"
+    ")\n"
+    "{\n"
+    "\t.reg .pred \t%p<5>;\n"
+    "\t.reg .b32 \t%r<23>;\n"
+    "\t.reg .b64 \t%rd<32>;\n"
+    "\n"
+    "\n"
+    "\tld.param.u64 \t%rd16, [egf_deep_diff_param_0];\n"
+    "\tld.param.u64 \t%rd14, [egf_deep_diff_param_1];\n"
+    "\tld.param.u64 \t%rd15, [egf_deep_diff_param_2];\n"
+    "\tmov.u32 \t%r7, %ctaid.y;\n"
+    "\tcvt.u64.u32 \t%rd1, %r7;\n"
+    "\tcvta.to.global.u64 \t%rd17, %rd16;\n"
+    "\tmul.wide.u32 \t%rd18, %r7, 32;\n"
+    "\tadd.s64 \t%rd2, %rd17, %rd18;\n"
+    "\tmov.u32 \t%r8, %ntid.x;\n"
+    "\tcvt.u64.u32 \t%rd3, %r8;\n"
+    "\tmov.u32 \t%r9, %ctaid.x;\n"
+    "\tmul.wide.u32 \t%rd19, %r9, %r8;\n"
+    "\tmov.u32 \t%r10, %tid.x;\n"
+    "\tcvt.u64.u32 \t%rd20, %r10;\n"
+    "\tadd.s64 \t%rd31, %rd19, %rd20;\n"
+    "\tld.global.u64 \t%rd5, [%rd2+16];\n"
+    "\tsetp.ge.u64 \t%p1, %rd31, %rd5;\n"
+    "\tmov.u32 \t%r21, 0;\n"
+    "\t@%p1 bra \t$L__BB1_5;\n"
+    "\n"
+    "\tld.global.u64 \t%rd6, [%rd2];\n"
+    "\tld.global.u64 \t%rd7, [%rd2+8];\n"
+    "\tld.global.u64 \t%rd8, [%rd2+24];\n"
+    "\tmov.u32 \t%r12, %nctaid.x;\n"
+    "\tcvt.u64.u32 \t%rd21, %r12;\n"
+    "\tmul.lo.s64 \t%rd9, %rd21, %rd3;\n"
+    "\tcvta.to.global.u64 \t%rd10, %rd14;\n"
+    "\tmov.u32 \t%r21, 0;\n"
+    "\n"
+    "$L__BB1_2:\n"
+    "\tshl.b64 \t%rd22, %rd31, 2;\n"
+    "\tadd.s64 \t%rd12, %rd7, %rd22;\n"
+    "\tld.u32 \t%r13, [%rd12];\n"
+    "\tadd.s64 \t%rd23, %rd6, %rd22;\n"
+    "\tld.u32 \t%r2, [%rd23];\n"
+    "\tsetp.eq.s32 \t%p2, %r2, %r13;\n"
+    "\t@%p2 bra \t$L__BB1_4;\n"
+    "\n"
+    "\tst.u32 \t[%rd12], %r2;\n"
+    "\tshr.u64 \t%rd24, %rd31, 5;\n"
+    "\tadd.s64 \t%rd25, %rd24, %rd8;\n"
+    "\tshl.b64 \t%rd26, %rd25, 2;\n"
+    "\tadd.s64 \t%rd27, %rd10, %rd26;\n"
+    "\tcvt.u32.u64 \t%r14, %rd31;\n"
+    "\tand.b32  \t%r15, %r14, 31;\n"
+    "\tmov.u32 \t%r16, 1;\n"
+    "\tshl.b32 \t%r17, %r16, %r15;\n"
+    "\tatom.global.or.b32 \t%r18, [%rd27], %r17;\n"
+    "\tadd.s32 \t%r21, %r21, 1;\n"
+    "\n"
+    "$L__BB1_4:\n"
+    "\tadd.s64 \t%rd31, %rd31, %rd9;\n"
+    "\tsetp.lt.u64 \t%p3, %rd31, %rd5;\n"
+    "\t@%p3 bra \t$L__BB1_2;\n"
+    "\n"
+    "$L__BB1_5:\n"
+    "\tsetp.eq.s32 \t%p4, %r21, 0;\n"
+    "\t@%p4 bra \t$L__BB1_7;\n"
+    "\n"
+    "\tcvta.to.global.u64 \t%rd28, %rd15;\n"
+    "\tshl.b64 \t%rd29, %rd1, 2;\n"
+    "\tadd.s64 \t%rd30, %rd28, %rd29;\n"
+    "\tatom.global.add.u32 \t%r19, [%rd30], %r21;\n"
+    "\n"
+    "$L__BB1_7:\n"
+    "\tret;\n"
+    "\n"
+    "}\n"
+    "\n"
+/* ---- kernels ptx (end) ---- */
+    ;
+#define DEEP_ROUND 256  // allocations are this aligned: the slack after one is read too
+typedef CUresult (*MemAllocFn)(CUdeviceptr *, size_t);
+typedef CUresult (*MemFreeFn)(CUdeviceptr);
+typedef CUresult (*CopyHtoDFn)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*MemsetD32Fn)(CUdeviceptr, unsigned int, size_t);
+typedef CUresult (*ModuleLoadFn)(CUmodule *, const void *);
+typedef CUresult (*ModuleFunctionFn)(CUfunction *, CUmodule, const char *);
+typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+typedef struct {
+    unsigned long long base, shadow, words, bitmap;  // as egf_deep_diff's EgfDeepEntry
+} DeepEntry;
+typedef struct {
+    unsigned long long base, shadow, bytes, words;
+} DeepAlloc;
+static struct {
+    pthread_mutex_t lock;
+    int on, failed, dirty;
+    MemAllocFn alloc;
+    MemFreeFn free_;
+    CopyHtoDFn htod;
+    MemsetD32Fn memset32;
+    ModuleLoadFn load;
+    ModuleFunctionFn function;
+    LaunchFn launch;
+    CUfunction diff;
+    DeepAlloc *a;  // sorted by base
+    int n, cap;
+    CUdeviceptr table, bitmap, counts;
+    size_t table_cap, bitmap_cap, counts_cap;  // words each
+    CUdeviceptr one, scratch;  // a new allocation's copy is made by the kernel: its table, bits
+    size_t one_cap, scratch_cap;
+    unsigned int *host_counts, *host_bits;
+    size_t host_counts_cap, host_bits_cap;
+} deep = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void deep_fail(const char *what, int rc) {
+    if (deep.failed) return;
+    deep.failed = 1;  // said once; every later call then lacks its effect, which the reader fails
+    char msg[256];
+    snprintf(msg, sizeof msg, "deep capture stopped: %s failed (%d)", what, rc);
+    note(msg);
+}
+
+static int deep_grow(CUdeviceptr *p, size_t *cap, size_t want_words) {
+    if (want_words <= *cap) return 1;
+    size_t words = want_words * 2;
+    if (*p) deep.free_(*p);
+    *p = 0;
+    *cap = 0;
+    CUresult rc = deep.alloc(p, words * 4);
+    if (rc != CUDA_SUCCESS) {
+        deep_fail("cuMemAlloc for the deep capture's buffers", (int)rc);
+        return 0;
+    }
+    *cap = words;
+    return 1;
+}
+
+static void *host_grow(void *p, size_t *cap, size_t want) {
+    if (want <= *cap) return p;
+    void *grown = realloc(p, want * 2 * sizeof(unsigned int));
+    if (grown) *cap = want * 2;
+    return grown;
+}
+
+// The recorder's kernels, loaded once into the context current at the first use.
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+static CUfunction hash_fn;
+static CUdeviceptr hash_out;
+static CUresult kernels_rc = CUDA_ERROR_NOT_INITIALIZED;
+static void load_kernels(void) {
+    CUmodule mod;
+    if (!deep.load || !deep.function || !deep.launch || !deep.alloc) return;
+    kernels_rc = deep.load(&mod, KERNELS_PTX);
+    if (kernels_rc == CUDA_SUCCESS) kernels_rc = deep.function(&deep.diff, mod, "egf_deep_diff");
+    if (kernels_rc == CUDA_SUCCESS) kernels_rc = deep.function(&hash_fn, mod, "egf_region_hash");
+    if (kernels_rc == CUDA_SUCCESS) kernels_rc = deep.alloc(&hash_out, 16);
+    if (kernels_rc != CUDA_SUCCESS) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the recorder's kernels did not load (%d): hashing on the host",
+                 (int)kernels_rc);
+        note(msg);
+    }
+}
+
+static int deep_module(void) {
+    pthread_once(&kernels_once, load_kernels);
+    if (kernels_rc != CUDA_SUCCESS) deep_fail("loading the deep capture's kernel", (int)kernels_rc);
+    return kernels_rc == CUDA_SUCCESS;
+}
+
+// A region's mix64 hash computed on the GPU (1), or 0 where the kernels are not loaded or a
+// call failed: the caller then hashes a host copy.
+static int device_hash(CUdeviceptr p, long long count, long long ld, long long skip_col,
+                       uint64_t *out) {
+    pthread_once(&kernels_once, load_kernels);
+    if (kernels_rc != CUDA_SUCCESS || count <= 0) return 0;
+    unsigned long long n = (unsigned long long)count;
+    unsigned grid = (unsigned)((n + 1023) / 1024 < 4096 ? (n + 1023) / 1024 : 4096);
+    void *args[5] = {&p, &n, &ld, &skip_col, &hash_out};
+    CUresult rc = deep.memset32(hash_out, 0, 2);
+    if (rc == CUDA_SUCCESS)
+        rc = deep.launch(hash_fn, grid ? grid : 1, 1, 1, 256, 1, 1, 0, NULL, args, NULL);
+    if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
+    if (rc == CUDA_SUCCESS) rc = g.dtoh(out, hash_out, sizeof *out);
+    return rc == CUDA_SUCCESS;
+}
+
+static CUresult deep_run(CUdeviceptr table, unsigned rows, unsigned long long longest,
+                         CUdeviceptr bitmap, CUdeviceptr counts) {
+    unsigned grid_x = (unsigned)((longest + 255) / 256 < 1024 ? (longest + 255) / 256 : 1024);
+    void *args[3] = {&table, &bitmap, &counts};
+    return deep.launch(deep.diff, grid_x ? grid_x : 1, rows, 1, 256, 1, 1, 0, NULL, args, NULL);
+}
+
+// A new allocation: its copy starts as what it holds now. The kernel makes it (a word that
+// differs is copied), not cuMemcpy, which refuses the slack after the allocation's end.
+static void deep_track(unsigned long long base, long long bytes) {
+    if (!deep.on || bytes <= 0) return;
+    pthread_mutex_lock(&deep.lock);
+    unsigned long long scanned = ((unsigned long long)bytes + DEEP_ROUND - 1) / DEEP_ROUND * DEEP_ROUND;
+    CUdeviceptr shadow = 0;
+    CUresult rc = deep.failed || !deep_module() ? CUDA_ERROR_UNKNOWN : deep.alloc(&shadow, scanned);
+    unsigned long long words = scanned / 4;
+    if (rc == CUDA_SUCCESS &&
+        !(deep_grow(&deep.one, &deep.one_cap, sizeof(DeepEntry) / 4 + 1) &&
+          deep_grow(&deep.scratch, &deep.scratch_cap, (size_t)(words + 31) / 32 + 1)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    DeepEntry one = {base, shadow, words, 1};  // its bits from word 1 of scratch; word 0 counts
+    if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
+    if (rc == CUDA_SUCCESS) rc = deep.htod(deep.one, &one, sizeof one);
+    if (rc == CUDA_SUCCESS) rc = deep_run(deep.one, 1, words, deep.scratch, deep.scratch);
+    if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
+    if (rc != CUDA_SUCCESS) {
+        deep_fail("copying a new allocation", (int)rc);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    if (deep.n == deep.cap) {
+        int cap = deep.cap ? 2 * deep.cap : 256;
+        DeepAlloc *grown = realloc(deep.a, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            deep_fail("realloc", 0);
+            pthread_mutex_unlock(&deep.lock);
+            return;
+        }
+        deep.a = grown;
+        deep.cap = cap;
+    }
+    int i = deep.n;
+    while (i > 0 && deep.a[i - 1].base > base) {
+        deep.a[i] = deep.a[i - 1];
+        --i;
+    }
+    deep.a[i] = (DeepAlloc){base, shadow, (unsigned long long)bytes, words};
+    ++deep.n;
+    deep.dirty = 1;
+    pthread_mutex_unlock(&deep.lock);
+}
+
+static void deep_untrack(unsigned long long base) {
+    if (!deep.on) return;
+    pthread_mutex_lock(&deep.lock);
+    for (int i = 0; i < deep.n; ++i) {
+        if (deep.a[i].base != base) continue;
+        deep.free_(deep.a[i].shadow);
+        memmove(&deep.a[i], &deep.a[i + 1], (size_t)(deep.n - i - 1) * sizeof deep.a[0]);
+        --deep.n;
+        deep.dirty = 1;
+        break;
+    }
+    pthread_mutex_unlock(&deep.lock);
+}
+
+// The table, the bitmaps and the counters for the allocations live now.
+static int deep_prepare(void) {
+    if (!deep_module()) return 0;
+    if (!deep.dirty) return 1;
+    size_t bitmap_words = 0;
+    DeepEntry *entries = malloc((size_t)(deep.n ? deep.n : 1) * sizeof *entries);
+    if (!entries) return 0;
+    for (int i = 0; i < deep.n; ++i) {
+        entries[i] = (DeepEntry){deep.a[i].base, deep.a[i].shadow, deep.a[i].words, bitmap_words};
+        bitmap_words += (deep.a[i].words + 31) / 32;
+    }
+    int ok = deep_grow(&deep.table, &deep.table_cap, (size_t)deep.n * sizeof(DeepEntry) / 4 + 1) &&
+             deep_grow(&deep.bitmap, &deep.bitmap_cap, bitmap_words + 1) &&
+             deep_grow(&deep.counts, &deep.counts_cap, (size_t)deep.n + 1);
+    if (ok && deep.n) {
+        CUresult rc = deep.htod(deep.table, entries, (size_t)deep.n * sizeof(DeepEntry));
+        if (rc == CUDA_SUCCESS) rc = deep.memset32(deep.bitmap, 0, bitmap_words);
+        if (rc != CUDA_SUCCESS) {
+            deep_fail("uploading the deep capture's table", (int)rc);
+            ok = 0;
+        }
+    }
+    free(entries);
+    deep.dirty = !ok;
+    return ok;
+}
+
+// After the call of seq `launch` finished: what it changed, as runs of bytes.
+static void deep_effect(unsigned long long launch) {
+    if (!deep.on) return;
+    pthread_mutex_lock(&deep.lock);
+    CUresult rc = deep.failed ? CUDA_ERROR_UNKNOWN : g.ctx_sync ? g.ctx_sync() : CUDA_ERROR_UNKNOWN;
+    if (rc != CUDA_SUCCESS || !deep_prepare()) {
+        if (rc != CUDA_SUCCESS) deep_fail("cuCtxSynchronize before comparing", (int)rc);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    int n = deep.n;
+    deep.host_counts = host_grow(deep.host_counts, &deep.host_counts_cap, (size_t)n + 1);
+    if (!deep.host_counts) {
+        deep_fail("malloc", 0);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    if (n) {
+        unsigned long long longest = 1;
+        for (int i = 0; i < n; ++i) longest = deep.a[i].words > longest ? deep.a[i].words : longest;
+        rc = deep.memset32(deep.counts, 0, (size_t)n);
+        for (int first = 0; rc == CUDA_SUCCESS && first < n; first += 65535) {
+            unsigned rows = (unsigned)(n - first < 65535 ? n - first : 65535);
+            CUdeviceptr table = deep.table + (CUdeviceptr)first * sizeof(DeepEntry);
+            rc = deep_run(table, rows, longest, deep.bitmap, deep.counts + (CUdeviceptr)first * 4);
+        }
+        if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
+        if (rc == CUDA_SUCCESS) rc = g.dtoh(deep.host_counts, deep.counts, (size_t)n * 4);
+        if (rc != CUDA_SUCCESS) {
+            deep_fail("comparing the allocations", (int)rc);
+            pthread_mutex_unlock(&deep.lock);
+            return;
+        }
+    }
+    unsigned long long total = 0;
+    for (int i = 0; i < n; ++i) total += deep.a[i].bytes;
+    if (!begin_event("effect")) {
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    fprintf(g.events, ",\"launch\":%llu,\"allocations\":%d,\"bytes\":%llu,\"changed\":[", launch, n,
+            total);
+    unsigned long long run_start = 0, run_end = 0, offset = 0;
+    int runs = 0;
+    for (int i = 0; i < n; ++i) {
+        size_t words = (size_t)((deep.a[i].words + 31) / 32);
+        if (deep.host_counts[i]) {
+            deep.host_bits = host_grow(deep.host_bits, &deep.host_bits_cap, words);
+            CUdeviceptr slice = deep.bitmap + (CUdeviceptr)offset * 4;
+            if (!deep.host_bits || g.dtoh(deep.host_bits, slice, words * 4) != CUDA_SUCCESS) {
+                deep_fail("reading a bitmap back", 0);
+            } else {
+                deep.memset32(slice, 0, words);
+                for (size_t w = 0; w < words; ++w) {
+                    unsigned int bits = deep.host_bits[w];
+                    while (bits) {
+                        int b = __builtin_ctz(bits);
+                        bits &= bits - 1;
+                        unsigned long long at = deep.a[i].base + 4ULL * (w * 32 + (size_t)b);
+                        if (runs && at == run_end) {
+                            run_end += 4;
+                            continue;
+                        }
+                        if (runs) fprintf(g.events, "%s[%llu,%llu]", runs > 1 ? "," : "", run_start, run_end - run_start);
+                        run_start = at, run_end = at + 4;
+                        ++runs;
+                    }
+                }
+            }
+        }
+        offset += words;
+    }
+    if (runs) fprintf(g.events, "%s[%llu,%llu]", runs > 1 ? "," : "", run_start, run_end - run_start);
+    fputc(']', g.events);
+    end_event();
+    pthread_mutex_unlock(&deep.lock);
+}
+
+// The library that made the current call: the first frame of the call stack outside libcuda,
+// CUPTI, the CUDA runtime and this recorder ("?" where the stack cannot be walked). Its name
+// tells a launch cuBLAS made inside a GEMM call from the trainer's own.
+static void write_caller(void) {
+    void *frames[48];
+    int n = backtrace(frames, 48);
+    const char *found = "?";
+    for (int i = 1; i < n; ++i) {
+        Dl_info info;
+        if (!dladdr(frames[i], &info) || !info.dli_fname) continue;
+        const char *base = strrchr(info.dli_fname, '/');
+        base = base ? base + 1 : info.dli_fname;
+        if (strstr(base, "libcuda.so") || strstr(base, "libcupti") ||
+            strstr(base, "egf_capture_recorder") || strstr(base, "libcudart"))
+            continue;
+        found = base[0] ? base : "?";
+        break;
+    }
+    fputs(",\"by\":", g.events);
+    json_string(g.events, found);
+}
+
+// A deep capture's struct parameters (more than 8 bytes): their bytes, where pointers hide.
+static void write_blobs(void **params, const size_t *sizes, int n) {
+    int first = 1;
+    fputs(",\"blobs\":[", g.events);
+    for (int i = 0; i < n; ++i) {
+        if (sizes[i] <= 8 || sizes[i] > 4096) continue;
+        fprintf(g.events, "%s[%d,\"", first ? "" : ",", i);
+        const unsigned char *b = params[i];
+        for (size_t k = 0; k < sizes[i]; ++k) fprintf(g.events, "%02x", b[k]);
+        fputs("\"]", g.events);
+        first = 0;
+    }
+    fputc(']', g.events);
 }
 
 // A kernel's name as its source spells it: the symbol itself for an extern "C" kernel, the last
@@ -733,6 +1384,7 @@ static void **packed_args(CUfunction f, void **extra, void **store) {
 }
 
 static __thread int tl_snapshot;  // the launch entered on this thread is snapshotted at its exit
+static __thread int tl_effect;    // ... and, in a deep capture, compared at its exit
 
 // One launch, through the driver API (cuLaunchKernel, cuLaunchKernelEx) or the runtime API
 // (cudaLaunchKernel, cudaLaunchKernelExC, <<<>>>): its event at the call's entry, its ABI
@@ -743,11 +1395,14 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
     const char *symbol = cb->symbolName ? cb->symbolName : "?";
     const char *name = source_name(symbol, buf, sizeof buf);
     if (cb->callbackSite == CUPTI_API_EXIT) {
+        unsigned long long seq = *(unsigned long long *)cb->correlationData;
         if (tl_snapshot && g.ctx_sync && g.ctx_sync() == CUDA_SUCCESS) {
-            abi_snapshots(*(unsigned long long *)cb->correlationData, "after", name, params);
+            abi_snapshots(seq, "after", name, params);
             flush_all();
         }
         tl_snapshot = 0;
+        if (tl_effect) deep_effect(seq);
+        tl_effect = 0;
         return;
     }
     if (!g.cublas_hooked || !g.lt_hooked) try_hook_cublas();
@@ -779,6 +1434,9 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         fputs(",\"via\":", g.events);  // a driver launch the runtime made for this runtime call
         json_string(g.events, tl_rt_name);
     }
+    tl_effect = deep.on && !stream_capturing(stream);
+    write_caller();  // every launch: a launch cuBLAS made inside a GEMM call is that GEMM's
+    if (deep.on && params) write_blobs(params, sizes, n);
     if (params && n == 0) {
         // no parameter could be read: say why (no CUfunction, or the driver's answer for the
         // first one), so an unreadable launch names its cause
@@ -923,14 +1581,20 @@ static CUfunction function_of(const void *stub) {
     return f;
 }
 
-static void memory_event(const char *ev, const char *api, unsigned long long dst,
-                         unsigned long long src, long long bytes, long long value) {
-    if (!begin_event(ev)) return;
+// One memory event; returns its seq + 1 (0: not written). A deep capture starts comparing an
+// allocation from its event on and stops at its free's.
+static unsigned long long memory_event(const char *ev, const char *api, unsigned long long dst,
+                                       unsigned long long src, long long bytes, long long value) {
+    if (!strcmp(ev, "free")) deep_untrack(dst);
+    if (!begin_event(ev)) return 0;
+    unsigned long long seq = g.seq - 1;
     fputs(",\"api\":", g.events);
     json_string(g.events, api);
     fprintf(g.events, ",\"dst\":%llu,\"src\":%llu,\"bytes\":%lld,\"value\":%lld", dst, src, bytes,
             value);
     end_event();
+    if (!strcmp(ev, "alloc")) deep_track(dst, bytes);
+    return seq + 1;
 }
 
 // A launch of a CUDA graph: it replays launches recorded at its capture, which the reader
@@ -940,6 +1604,38 @@ static void graph_event(const char *api) {
     fputs(",\"api\":", g.events);
     json_string(g.events, api);
     end_event();
+}
+
+static int is_memory_call(CUpti_CallbackId id) {
+    switch (id) {
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz:
+            return 1;
+        default:
+            return 0;
+    }
 }
 
 static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
@@ -1046,14 +1742,19 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         memory_event("free", cb->functionName, a->dptr, 0, 0, 0);
         return;
     }
-    if (!enter) return;
+    unsigned long long *corr = (unsigned long long *)cb->correlationData;
+    if (!enter) {
+        // a deep capture compares memory once the memset or copy recorded at its entry is done
+        if (deep.on && is_memory_call(id) && *corr) deep_effect(*corr - 1);
+        return;
+    }
     switch (id) {
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2:
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds:
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
             const cuMemsetD8Async_params *a = p;  // cuMemsetD8_v2's fields lead the same way
-            memory_event("memset", cb->functionName, a->dstDevice, 0, (long long)a->N, a->uc);
+            *corr = memory_event("memset", cb->functionName, a->dstDevice, 0, (long long)a->N, a->uc);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2:
@@ -1061,7 +1762,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds:
         case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
             const cuMemsetD32Async_params *a = p;
-            memory_event("memset", cb->functionName, a->dstDevice, 0, 4 * (long long)a->N, a->ui);
+            *corr = memory_event("memset", cb->functionName, a->dstDevice, 0, 4 * (long long)a->N, a->ui);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
@@ -1069,7 +1770,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds:
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
             const cuMemcpyHtoDAsync_v2_params *a = p;
-            memory_event("copy", cb->functionName, a->dstDevice, 0, (long long)a->ByteCount, 0);
+            *corr = memory_event("copy", cb->functionName, a->dstDevice, 0, (long long)a->ByteCount, 0);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
@@ -1077,7 +1778,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
             const cuMemcpyDtoHAsync_v2_params *a = p;
-            memory_event("copy", cb->functionName, 0, a->srcDevice, (long long)a->ByteCount, 0);
+            *corr = memory_event("copy", cb->functionName, 0, a->srcDevice, (long long)a->ByteCount, 0);
             return;
         }
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2:
@@ -1085,7 +1786,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds:
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
             const cuMemcpyDtoDAsync_v2_params *a = p;
-            memory_event("copy", cb->functionName, a->dstDevice, a->srcDevice,
+            *corr = memory_event("copy", cb->functionName, a->dstDevice, a->srcDevice,
                          (long long)a->ByteCount, 0);
             return;
         }
@@ -1094,7 +1795,7 @@ static void on_driver(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
         case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
             const cuMemcpyAsync_params *a = p;  // unified addressing: either side may be host
-            memory_event("copy", cb->functionName, a->dst, a->src, (long long)a->ByteCount, 0);
+            *corr = memory_event("copy", cb->functionName, a->dst, a->src, (long long)a->ByteCount, 0);
             return;
         }
         default:
@@ -1155,7 +1856,10 @@ static int runtime_launch(const CUpti_CallbackData *cb, CUpti_CallbackId id, int
     json_string(g.events, cb->symbolName ? cb->symbolName : "?");
     fprintf(g.events, ",\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"params\":null", grid[0],
             grid[1], grid[2], block[0], block[1], block[2]);
+    unsigned long long seq = g.seq - 1;
+    write_caller();
     end_event();
+    if (!stream_capturing(stream)) deep_effect(seq);
     return 1;
 }
 
@@ -1203,12 +1907,14 @@ static void on_runtime(const CUpti_CallbackData *cb, CUpti_CallbackId id) {
         graph_event(cb->functionName);
     } else if (memset_) {
         const cudaMemsetAsync_v3020_params *a = p;
-        memory_event("memset", cb->functionName, (uintptr_t)a->devPtr, 0, (long long)a->count,
-                     a->value);
+        unsigned long long seq = memory_event("memset", cb->functionName, (uintptr_t)a->devPtr, 0,
+                                              (long long)a->count, a->value);
+        if (seq) deep_effect(seq - 1);
     } else if (copy) {
         const cudaMemcpyAsync_v3020_params *a = p;
-        memory_event("copy", cb->functionName, (uintptr_t)a->dst, (uintptr_t)a->src,
-                     (long long)a->count, a->kind);
+        unsigned long long seq = memory_event("copy", cb->functionName, (uintptr_t)a->dst,
+                                              (uintptr_t)a->src, (long long)a->count, a->kind);
+        if (seq) deep_effect(seq - 1);
     } else if (free_) {
         const cudaFree_v3020_params *a = p;  // cudaFreeAsync's parameters lead the same way
         memory_event("free", cb->functionName, (uintptr_t)a->devPtr, 0, 0, 0);
@@ -1257,6 +1963,18 @@ int InitializeInjection(void) {
     g.ctx_sync = (CtxSyncFn)driver_symbol("cuCtxSynchronize");
     g.dtoh = (DtoHFn)driver_symbol("cuMemcpyDtoH_v2");
     g.is_capturing = (IsCapturingFn)driver_symbol("cuStreamIsCapturing");
+    deep.alloc = (MemAllocFn)driver_symbol("cuMemAlloc_v2");
+    deep.free_ = (MemFreeFn)driver_symbol("cuMemFree_v2");
+    deep.htod = (CopyHtoDFn)driver_symbol("cuMemcpyHtoD_v2");
+    deep.memset32 = (MemsetD32Fn)driver_symbol("cuMemsetD32_v2");
+    deep.load = (ModuleLoadFn)driver_symbol("cuModuleLoadData");
+    deep.function = (ModuleFunctionFn)driver_symbol("cuModuleGetFunction");
+    deep.launch = (LaunchFn)driver_symbol("cuLaunchKernel");
+    g.host_alloc = (HostAllocFn)driver_symbol("cuMemAllocHost_v2");
+    g.host_free = (HostFreeFn)driver_symbol("cuMemFreeHost");
+    const char *deep_env = getenv("EGF_CAPTURE_DEEP");
+    deep.on = deep_env && !strcmp(deep_env, "1") && deep.alloc && deep.free_ && deep.htod &&
+              deep.memset32 && deep.load && deep.function && deep.launch && g.ctx_sync && g.dtoh;
     atexit(on_exit_event);
     pthread_atfork(before_fork, after_fork, after_fork);
 
@@ -1269,6 +1987,7 @@ int InitializeInjection(void) {
                 (int)getppid(), version, (int)status);
         fprintf(g.events, ",\"param_info\":%s,\"hash\":\"mix64\"",
                 g.param_info ? "true" : "false");
+        if (deep.on) fputs(",\"deep\":true", g.events);
         end_event();
     }
     if (status != CUPTI_SUCCESS) {

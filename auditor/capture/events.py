@@ -300,8 +300,8 @@ OPTIONAL: dict[str, dict[str, Check]] = {
     # "via": the runtime call (cudaLaunchKernel, ...) inside which the runtime made this launch
     # "captured": made into a stream being captured into a CUDA graph (it runs when the graph
     # is launched, not now)
-    # deep captures: "by", the library that made the launch (from the call stack; "?" where
-    # it could not be told), and "blobs", the bytes of its parameters larger than 8 bytes
+    # "by": the library that made the launch (from the call stack; "?" where it could not be
+    # told); deep captures: "blobs", the bytes of its parameters larger than 8 bytes
     "kernel": {
         "param_info_rc": _integer(-2, 2**31 - 1, "2**31 - 1"),
         "via": _string,

@@ -28,6 +28,7 @@ class Manifest:
     command: list[str]
     exit_code: int  # as subprocess gives it: -N when signal N ended the command
     layout: str | None  # the layout file's name in the folder, when `--layout` was given
+    deep: bool = False  # `--deep` was asked for: every audited process must be recorded deep
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -87,4 +88,7 @@ def read_manifest(folder: Path) -> Manifest | None:
         _refuse('"exit_code" must be an integer')
     if layout is not None and type(layout) is not str:
         _refuse('"layout" must be a string or null')
-    return Manifest(command, exit_code, layout, raw)
+    deep = raw.get("deep", False)
+    if type(deep) is not bool:
+        _refuse('"deep" must be true or false')
+    return Manifest(command, exit_code, layout, deep, raw)

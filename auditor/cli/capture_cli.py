@@ -46,6 +46,13 @@ def capture(
             "--values-max", help="Keep at most this many values of a snapshot region.", metavar="N"
         ),
     ] = None,
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep",
+            help="Compare every allocation after every launch (smoke tests at small shapes).",
+        ),
+    ] = False,
     debug: Debug = False,
 ) -> None:
     """Run the trainer's own command with egf-audit's recorder injected (CUPTI) and write its
@@ -58,7 +65,7 @@ def capture(
             out = _settings_capture()
         from egf_audit.capture import cli
 
-        code = cli.capture(command, out, layout, snapshot, values_max)
+        code = cli.capture(command, out, layout, snapshot, values_max, deep)
     raise typer.Exit(code)
 
 

@@ -13,10 +13,11 @@ from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
+from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.gemm_rules import GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
-from egf_audit.runtime.trace import BufferLayout, Trace
+from egf_audit.runtime.trace import Binding, BufferLayout, Region, Trace
 
 # ---- a GEMM call's operands, whatever entry point made it ----
 # Every GEMM record (cublasSgemm_v2, cublasGemmEx, the batched and strided-batched calls,
@@ -94,7 +95,7 @@ class Record:
     args: dict[str, Any]
     decoded: bool = True  # kernels: parameters named from egf-audit's kernel table
     line: int = 0  # the events file's line it came from (1-based), for messages
-    # a deep capture's kernel launch made by cuBLAS itself (the recorder found a cuBLAS library
+    # a kernel launch made by cuBLAS itself (the recorder found a cuBLAS library
     # on its call stack): the seq of the GEMM record whose call made it, -1 inside a cuBLAS call
     # that is no GEMM; None for the trainer's own launches
     within: int | None = None
@@ -226,6 +227,22 @@ class CaptureLayout:
             return None
         return inner, byte_offset // ELEMENT_BYTES
 
+    def outermost(self) -> CaptureLayout:
+        """The same layout without the buffers that lie inside another (a view the file names
+        inside `params`, say): every pointer resolves to the allocation-level buffer."""
+        kept = {
+            name: b
+            for name, b in self.buffers.items()
+            if not any(
+                o is not b
+                and o.base <= b.base
+                and b.base + b.size * ELEMENT_BYTES <= o.base + o.size * ELEMENT_BYTES
+                and (o.size > b.size or o.base < b.base)
+                for o in self.buffers.values()
+            )
+        }
+        return CaptureLayout(kept, self.dims, self.from_file)
+
     def base_of(self, name: str) -> int | None:
         buffer = self.buffers.get(name)
         return None if buffer is None else buffer.base
@@ -321,3 +338,57 @@ class CaptureTrace:
     def steps(self) -> list[int]:
         """The training steps the capture ran: those that reached their polyak_ema."""
         return sorted({s.step for s in self.sites})
+
+
+# ---- a record's operands as the rebuild's bindings ----
+GEMM_KINDS = ("sgemm", "gemm")  # cublasSgemm_v2, and every other GEMM entry point
+
+
+def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple) -> Binding:
+    rel, rows, width, ld = box
+    where = layout.resolve(ptr) if isinstance(ptr, int) else None
+    if where is None:
+        return Binding(role, ptr, access, None, None, None, False)
+    buffer, offset = where
+    region = Region(buffer.name, offset + rel, rows, width, ld)
+    # a buffer inference sized from what it saw is known no further: the allocation holding
+    # it bounds the launch instead (EGF001)
+    in_bounds = region.fits(buffer.size) if buffer.bounded else region.offset >= 0
+    found = layout.tensor_at(buffer, region.offset)
+    name, shape = found if found else (None, None)
+    return Binding(role, ptr, access, region, name, shape, in_bounds)
+
+
+def bindings_of(layout: CaptureLayout, r: Record) -> tuple[Binding, ...]:
+    a = r.args
+    if r.kind in GEMM_KINDS:
+        # every entry point alike: each batch's operands where they were judged; an operand of
+        # another element size than the layout's fp32 is placed by its allocation alone (EGF001)
+        return tuple(
+            _binding(layout, op.role, op.pointer, op.access, (0, *op.box))
+            if op.element_bytes == ELEMENT_BYTES
+            else Binding(op.role, op.pointer, op.access, None, None, None, False)
+            for op in gemm_operands(a)
+        )
+    if r.kind in ("memset", "copy"):
+        count = -(-a["bytes"] // ELEMENT_BYTES)  # a partial last element is still touched
+        ends = [("dst", "w")] + ([("src", "r")] if r.kind == "copy" else [])
+        found = (
+            _binding(layout, role, a.get(role, 0), acc, (0, 1, count, count)) for role, acc in ends
+        )
+        return tuple(b for b in found if b.region is not None)
+    if r.kind == "kernel" and r.within is not None and r.within >= 0:
+        # a launch cuBLAS made inside a GEMM call (the recorder saw cuBLAS on its call stack):
+        # the GEMM's record binds what it reads and writes
+        return ()
+    if r.kind == "kernel" and r.decoded:
+        spec = KERNELS_BY_NAME[r.name]
+        return tuple(_binding(layout, x.param, a[x.param], x.mode, x.box(a)) for x in spec.accesses)
+    if r.kind == "kernel":
+        # a kernel egf-audit does not know: which named buffers its arguments point into, with
+        # the access unknown ("?")
+        found = (
+            _binding(layout, k, v, "?", (0, 1, 1, 1)) for k, v in a.items() if k.startswith("p")
+        )
+        return tuple(b for b in found if b.region is not None)
+    return ()

@@ -12,10 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import Allocation, Record, gemm_operands
+from egf_audit.runtime.capture_model import GEMM_KINDS, Allocation, Record, gemm_operands
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
-GEMM_KINDS = ("sgemm", "gemm")
 MAX_BATCHES = 1 << 16  # batches of one strided GEMM spelled out; more is refused (Unbounded)
 
 

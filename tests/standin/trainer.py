@@ -69,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         wiring = PRODUCTION
         if fault is not None:
             kernels, wiring = fault.apply_kernels(kernels), fault.wiring
+            # a trainer runs its own kernels in its own process: the fault's patched source is
+            # the trainer's kernel here, not one egf-audit sandboxes in a worker process (the
+            # rebuild's isolation), so a capture sees its launch and its writes where they run
+            kernels = dataclasses.replace(
+                kernels,
+                sources=tuple(dataclasses.replace(s, origin="bundled") for s in kernels.sources),
+            )
         backend = select_backend(args.device, kernels)
         start = time.perf_counter()
         pipe = SP14Pipeline(config, backend, wiring, instrumented=False, scenario="standin")

@@ -46,7 +46,7 @@ capture() { # NAME BINARY
   rm -f layout-out.json
   local t0 t1
   t0=$(date +%s%N)
-  timeout 45 egf-audit capture --out "$work/cap/$1" --layout layout-out.json -- \
+  timeout 45 egf-audit capture ${CAPTURE_FLAGS:-} --out "$work/cap/$1" --layout layout-out.json -- \
     sh -c 'cp layout.json layout-out.json && exec "$0" "$@"' "$2" "${args[@]}" >"$work/$1.stdout"
   local rc=$?
   echo "capture $1: exit $rc"
@@ -67,7 +67,14 @@ for i in 1 2; do
   grep "^step" "$work/llmc-$i.stdout" | sed "s/^/captured $i /" >>"$out/timing.txt"
 done
 capture llmc-planted "$work/planted/train"
-for name in llmc-1 llmc-planted; do
+names=(llmc-1 llmc-planted)
+if [ -n "${DEEP:-}" ]; then # DEEP=1: also the clean trainer captured --deep
+  CAPTURE_FLAGS=--deep capture llmc-deep "$work/clean/train"
+  python -c "import json,sys; print('captured deep process', json.load(open(sys.argv[1]))['wall_s'], 's')" \
+    "$work/cap/llmc-deep/manifest.json" >>"$out/timing.txt"
+  names+=(llmc-deep)
+fi
+for name in "${names[@]}"; do
   short="${name%-1}"
   python "$here/../shrink.py" "$work/cap/$name" "$out/$short"
   sed -i "s#$work/##g" "$out/$short/manifest.json"

@@ -48,7 +48,7 @@ capture() { # NAME, then the command (which writes $layout); ONLY="NAME ..." rec
   shift
   [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && return 0
   rm -f "$layout"
-  timeout 45 egf-audit capture --out "$work/cap/$name" --layout "$layout" -- "$@"
+  timeout 45 egf-audit capture ${CAPTURE_FLAGS:-} --out "$work/cap/$name" --layout "$layout" -- "$@"
   local rc=$?
   echo "capture $name: exit $rc"
   [ "$rc" = 124 ] && { echo "capture $name hung: stopping"; exit 124; }
@@ -70,6 +70,10 @@ capture rt-gemm-lt "$work/trainer-c" $(plan clean) --gemm lt
 for fault in "${faults[@]}"; do
   capture "rt-$fault" "$work/trainer-c" $(plan "$fault")
 done
+if [ -n "${DEEP:-}" ]; then # DEEP=1: also these captured --deep
+  CAPTURE_FLAGS=--deep capture rt-deep-clean "$work/trainer-c" $(plan clean)
+  CAPTURE_FLAGS=--deep capture rt-deep-dw-k-sh2 "$work/trainer-c" $(plan dw-k-sh2)
+fi
 capture probe "$work/gemm_probe" --layout-out "$layout"
 capture probe-k-short "$work/gemm_probe" --layout-out "$layout" --plant k-short
 capture probe-ld-long "$work/gemm_probe" --layout-out "$layout" --plant ld-long
