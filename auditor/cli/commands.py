@@ -29,6 +29,7 @@ from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
 from egf_audit.errors import AuditEnvironmentError
+from egf_audit.oracle import warmup as oracle_warmup
 from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
 from egf_audit.reports import github
@@ -257,9 +258,17 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     if witness_log is not None and backend.name != "cuda":
         raise AuditEnvironmentError("--cublas-log needs the CUDA backend, and none is usable here")
     auditor = Auditor(config, backend, steps=req.steps, progress=progress.step)
+    # torch's CUDA start-up runs beside the scenarios (CUDA backend only); the invariants wait
+    # for it, inside their own phase
+    warm = oracle_warmup.start(backend.name, config)
     run = timer("scenarios", lambda: auditor.run(modes))
     witness = witness_run.finish(witness_log, backend, run) if witness_log is not None else None
-    results, seconds = timer("invariants", lambda: evaluate_all(run, progress))
+
+    def invariants_phase() -> tuple[list, dict[str, float]]:
+        warm.wait()
+        return evaluate_all(run, progress)
+
+    results, seconds = timer("invariants", invariants_phase)
     environment: dict[str, Any] = {"device": backend.name, "backend": dict(backend.info())}
     sanitizer_failures: list[str] = []
     if req.sanitize:
