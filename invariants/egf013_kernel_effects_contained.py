@@ -219,4 +219,6 @@ INVARIANT = Invariant(
     check=check,
     reads=("launches",),
     capture=check_capture,
+    # containment needs no SP14 name: any captured process is judged by what it was handed
+    any_process=True,
 )

@@ -170,8 +170,13 @@ def test_a_process_that_is_no_trainer_is_named_so_and_judged_by_what_needs_no_sp
     verdicts = dict(process.verdicts)
     assert verdicts["EGF001"].status == PASS
     assert verdicts["EGF001"].evidence["gemms_decided"] == verdicts["EGF001"].evidence["gemms"] > 0
+    generic = {inv.code for inv in INVARIANTS if inv.any_process}
+    assert generic == {"EGF001", "EGF013"}
+    # EGF013 needs no SP14 name either, but only a deep capture decides it
+    assert verdicts["EGF013"].status == UNDECIDED
+    assert verdicts["EGF013"].summary.startswith("not a deep capture")
     for code, verdict in verdicts.items():
-        if code != "EGF001":
+        if code not in generic:
             assert verdict.status == UNDECIDED
             assert verdict.summary.startswith("not applicable: the process launched none of")
             assert verdict.evidence == {"not_applicable": True}

@@ -125,8 +125,11 @@ def test_the_gemm_probe_binds_every_entry_point_and_passes_the_generic_check():
     audit = _audit(RUNTIME / "probe", True)
     assert not audit.ok
     assert any("no process is an SP14 trainer" in m for m in audit.missing)
-    status, summary = _verdict(RUNTIME / "probe", "EGF013")
+    status, summary = _verdict(RUNTIME / "probe", "EGF007")
     assert status == "undecided" and summary.startswith("not applicable")
+    # containment needs no SP14 name, but this capture is not deep
+    status, summary = _verdict(RUNTIME / "probe", "EGF013")
+    assert status == "undecided" and summary.startswith("not a deep capture")
 
 
 @pytest.mark.parametrize(
@@ -172,10 +175,11 @@ def test_llmc_one_token_in_matmul_backward_is_caught_by_the_generic_egf001():
     assert _verdict(LLMC / "llmc-planted", "EGF001", use_layout=False)[0] == "pass"
 
 
-def test_the_cublaslt_trainer_recorded_without_its_scalars_fails_egf007_closed():
-    """This recording predates the recorder's reading of cuBLASLt's alpha and beta: beta is
-    unknown, so the in-place dX GEMM into d_h_s2 cannot be shown to accumulate and EGF007
-    fails rather than trust it; every other invariant gets the clean trainer's verdict."""
+def test_the_cublaslt_trainer_without_its_scalars_fails_egf007_closed():
+    """cuBLASLt's API log names the descriptors and A, B, C, D, never alpha or beta (the
+    recorder notes the line it got): beta is unknown, so the in-place dX GEMM into d_h_s2
+    cannot be shown to accumulate and EGF007 fails rather than trust it; every other invariant
+    gets the clean trainer's verdict."""
     gemms = [r for r in _process(RUNTIME / "rt-gemm-lt").records if r.kind == "gemm"]
     assert gemms and all(r.args["beta"] is None for r in gemms)
     for use_layout in (True, False):
@@ -187,3 +191,46 @@ def test_the_cublaslt_trainer_recorded_without_its_scalars_fails_egf007_closed()
         }
     summary = _verdict(RUNTIME / "rt-gemm-lt", "EGF007")[1]
     assert "cublasLtMatmul@cql" in summary and "overwrites d_h_s2 after its zeroing" in summary
+
+
+# ---- captured --deep on the H200 (tests/data/capture/deep, runtime/record.sh, llmc/record.sh) ----
+DEEP = DATA / "deep"
+
+
+def test_the_deep_stand_in_decides_twelve_invariants_and_passes():
+    audit = _audit(DEEP / "clean", True)
+    assert audit.ok, audit.incomplete
+    statuses = _statuses(DEEP / "clean", True)
+    assert {k for k, v in statuses.items() if v != "pass"} == {"EGF010"}
+    (proc,) = read_capture(DEEP / "clean")
+    assert proc.deep
+    observed = [r for r in proc.records if r.kind in ("kernel", "memset", "copy")]
+    assert observed and all(r.seq in proc.effects for r in observed)
+    inside = [r for r in proc.records if r.within is not None]
+    assert inside and all(r.within >= 0 for r in inside)  # cuBLAS's launches, each in its GEMM
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "words"),
+    [
+        ("scale-writes-past-region", "EGF013", "sp14_scale_wire_col wrote isv_signals[394]"),
+        ("scale-dw-wire-col", "EGF002", "that computes dW w_b0fc read 32 elements the scale"),
+    ],
+)
+def test_a_deep_capture_catches_what_only_the_rebuild_saw(name, code, words):
+    status, summary = _verdict(DEEP / name, code)
+    assert status == "fail" and words in summary, summary
+
+
+def test_the_runtime_trainer_captured_deep():
+    statuses = _statuses(RUNTIME / "rt-deep-clean", True)
+    assert {k for k, v in statuses.items() if v != "pass"} == {"EGF010"}
+    status, summary = _verdict(RUNTIME / "rt-deep-dw-k-sh2", "EGF002")
+    assert status == "fail" and "leave 8 of 88 elements of dW w_b0fc unwritten" in summary
+
+
+def test_llmc_captured_deep_keeps_every_change_in_what_its_calls_may_write():
+    """EGF013 needs no SP14 name: llm.c's own kernels are bounded by the allocations their
+    pointers reach, its GEMMs by their C boxes (cuBLAS's launches inside them included)."""
+    status, summary = _verdict(LLMC / "llmc-deep", "EGF013")
+    assert status == "pass" and summary.startswith("288 calls observed"), summary
