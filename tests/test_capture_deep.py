@@ -254,3 +254,25 @@ def test_the_embedded_ptx_is_the_kernel_source_compiled(tmp_path):
         text=True,
     )
     assert assembled.returncode == 0, assembled.stderr
+
+
+def test_only_a_cublas_library_on_the_stack_makes_a_launch_the_gemm_s(deep, tmp_path):
+    """`by` names the library that made a launch; only libcublas* makes it part of the GEMM
+    call before it. A trainer's library with 'cublas' elsewhere in its name is the trainer's."""
+    from egf_audit.capture.events import read_capture
+
+    (proc,) = read_capture(deep)
+    inside = [r for r in proc.records if r.within is not None]
+    gemms = {r.seq for r in proc.records if r.kind == "sgemm"}
+    assert inside and {r.within for r in inside} <= gemms
+
+    def renamed(events):
+        for e in events:
+            if e.get("by") == "libcublas.so.13":
+                e["by"] = "my_cublas_helpers.so"
+        return events
+
+    edited = _edited(deep, tmp_path, renamed)
+    (proc,) = read_capture(edited)
+    assert all(r.within is None for r in proc.records)
+    assert audit_capture(edited).ok  # the trainer's launch, bounded by what it was handed

@@ -821,7 +821,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                 # (a runtime launch reaches the driver's cuLaunchKernel "via" it)
                 kernel, api = sys.intern(kname), sys.intern(event.get("via") or event["api"])
                 by = event.get("by", "")
-                within = cublas_call.get(tid, -1) if "cublas" in by else None
+                within = cublas_call.get(tid, -1) if by.startswith("libcublas") else None
                 pointers = () if decoded else _pointer_words(event["params"], event.get("blobs"))
                 record = Record(seq, ev, kernel, api, args, decoded, number, within, pointers)
                 observed_seqs.add(seq)
