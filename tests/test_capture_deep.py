@@ -276,3 +276,53 @@ def test_only_a_cublas_library_on_the_stack_makes_a_launch_the_gemm_s(deep, tmp_
     (proc,) = read_capture(edited)
     assert all(r.within is None for r in proc.records)
     assert audit_capture(edited).ok  # the trainer's launch, bounded by what it was handed
+
+
+def test_a_strided_batched_gemm_writes_every_batch_and_reads_a_and_b():
+    """C of m = n = 8 at ldc 8 and strideC 64, 3 batches: three contiguous 256-byte boxes,
+    back to back; A and B are read (4 x 8 at lda 4, strides 32), C is not (beta = 0)."""
+    from egf_audit.runtime.capture_model import Record
+    from egf_audit.runtime.capture_spans import declared
+
+    args = {
+        "transa": "T",
+        "transb": "N",
+        "m": 8,
+        "n": 8,
+        "k": 4,
+        "alpha": 1.0,
+        "A": 0x10000,
+        "lda": 4,
+        "strideA": 32,
+        "B": 0x20000,
+        "ldb": 4,
+        "strideB": 32,
+        "beta": 0.0,
+        "C": 0x30000,
+        "ldc": 8,
+        "strideC": 64,
+        "batch": 3,
+    }
+    r = Record(1, "gemm", "cublasSgemmStridedBatched", "cublasSgemmStridedBatched", args)
+    assert declared(r, "w").ranges == ((0x30000, 0x30000 + 3 * 64 * 4),)
+    reads = declared(r, "r")
+    assert reads.ranges == ((0x10000, 0x10000 + 3 * 32 * 4), (0x20000, 0x20000 + 3 * 32 * 4))
+    accumulating = Record(2, "gemm", r.name, r.api, {**args, "beta": 1.0})
+    assert declared(accumulating, "r").intersect(declared(r, "w")).bytes == 3 * 64 * 4
+
+
+def test_egf009_is_undecided_where_no_adam_update_is_launched(deep, tmp_path):
+    """A trainer whose optimizer is its own fused kernel: no launch argument carries a
+    tensor's Adam slices, so EGF009 says so; its launches are still held by EGF013 to the
+    allocations they were handed."""
+
+    def fused(events):
+        for e in events:
+            if e["ev"] == "kernel" and e["name"] == "adam_update":
+                e["name"] = "my_fused_adam"
+        return events
+
+    audit = audit_capture(_edited(deep, tmp_path, fused))
+    v = _verdict(audit, "EGF009")
+    assert v.status == UNDECIDED and v.summary.startswith("no adam_update launch")
+    assert _verdict(audit, "EGF013").status == PASS
