@@ -25,17 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from egf_audit.runtime.capture_model import GEMM_KINDS
-from egf_audit.runtime.capture_spans import (
-    Spans,
-    Unbounded,
-    allocations_holding,
-    declared,
-    whole,
-)
+from egf_audit.runtime.capture_spans import Spans, Unbounded, declared, whole
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import Allocation, CaptureTrace, Record
+    from collections.abc import Iterable
+
+    from egf_audit.runtime.capture_model import Allocation, CaptureTrace, Effect, Record
 
 OBSERVED_KINDS = ("kernel", "memset", "copy")  # what the recorder writes an effect after
 
@@ -52,8 +47,7 @@ class Observed:
     gemm: Record | None = None
 
 
-def _scanned_problem(ct: CaptureTrace, r: Record, live: tuple[int, int]) -> str | None:
-    effect = ct.process.effects[r.seq]
+def _scanned_problem(effect: Effect, live: tuple[int, int]) -> str | None:
     if (effect.allocations, effect.bytes) == live:
         return None
     return (
@@ -63,10 +57,12 @@ def _scanned_problem(ct: CaptureTrace, r: Record, live: tuple[int, int]) -> str 
 
 
 def _live_totals(allocations: list[Allocation], seqs: list[int]) -> dict[int, tuple[int, int]]:
-    """(count, bytes) of the allocations live at each of `seqs` (ascending)."""
+    """(count, bytes) of the allocations live at each of `seqs` (ascending). A zero-byte one
+    holds nothing to compare: the recorder keeps no copy of it, and it is not counted here."""
+    held = [a for a in allocations if a.bytes > 0]
     changes = sorted(
-        [(a.made, 1, a.bytes) for a in allocations]
-        + [(a.freed, -1, -a.bytes) for a in allocations if a.freed is not None]
+        [(a.made, 1, a.bytes) for a in held]
+        + [(a.freed, -1, -a.bytes) for a in held if a.freed is not None]
     )
     out: dict[int, tuple[int, int]] = {}
     count = total = i = 0
@@ -78,16 +74,19 @@ def _live_totals(allocations: list[Allocation], seqs: list[int]) -> dict[int, tu
     return out
 
 
+def _handed(ct: CaptureTrace, pointers: Iterable[int], seq: int) -> list[Allocation]:
+    """The allocations live at `seq` that hold one of `pointers` (CaptureTrace.holding)."""
+    return list({a for p in pointers for a in ct.holding(p) if a.live_at(seq)})
+
+
 def _may_write(ct: CaptureTrace, r: Record, gemm: Record | None, kernels: list[Record]) -> Spans:
     if gemm is not None:
         operands = [p for p in (gemm.args.get(k) for k in ("A", "B", "C", "D")) if p]
-        handed = allocations_holding(
-            ct.allocations, (p for k in kernels for p in k.pointers), r.seq
-        )
+        handed = _handed(ct, (p for k in kernels for p in k.pointers), r.seq)
         workspace = [a for a in handed if not any(a.holds(p) for p in operands)]
         return declared(gemm, "w").union(whole(workspace))
     if r.kind == "kernel" and not r.decoded:
-        return whole(allocations_holding(ct.allocations, r.pointers, r.seq))
+        return whole(_handed(ct, r.pointers, r.seq))
     return declared(r, "w")
 
 
@@ -111,7 +110,7 @@ def observations(ct: CaptureTrace) -> tuple[list[Observed], list[str]]:
         if effect is None:
             problems.append(f"{what} ran and no effect of it was recorded")
             continue
-        if (problem := _scanned_problem(ct, r, live[r.seq])) is not None:
+        if (problem := _scanned_problem(effect, live[r.seq])) is not None:
             problems.append(f"{what}: {problem}")
             continue
         gemm = by_seq.get(r.within) if r.within is not None and r.within >= 0 else None
@@ -155,7 +154,3 @@ def calls_changing(observed: list[Observed]) -> dict[int, Spans]:
         key = o.gemm.seq if o.gemm is not None else o.record.seq
         out[key] = out.get(key, Spans()).union(o.changed)
     return out
-
-
-def gemm_kind(r: Record) -> bool:
-    return r.kind in GEMM_KINDS

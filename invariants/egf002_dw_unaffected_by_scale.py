@@ -132,17 +132,6 @@ def _dw_w_b0fc(ct: CaptureTrace) -> tuple[Spans, int] | None:
     return Spans.of([(start, start + 4 * rows * cols)]), cols
 
 
-def _writes(r: Record, changed: dict[int, Spans]) -> Spans | None:
-    """What a call wrote: its declared writes and, in a deep capture, what it was seen to change;
-    None where neither is known (an unknown kernel of an undeep capture)."""
-    seen = changed.get(r.seq)
-    try:
-        mine = declared(r, "w")
-    except Unbounded:
-        return seen
-    return mine if seen is None else mine.union(seen)
-
-
 def _step_problems(
     records: list[Record], dw: Spans, cols: int, changed: dict[int, Spans], step: int
 ) -> tuple[list[str], list[str]]:
@@ -155,24 +144,32 @@ def _step_problems(
     for r in records:
         if r.within is not None:
             continue  # cuBLAS's own launch: part of its GEMM call (in `changed` under the GEMM)
-        if r.kind in GEMM_KINDS:
-            try:
-                writes, reads = declared(r, "w"), declared(r, "r")
-            except Unbounded as exc:
+        try:
+            declared_writes: Spans | None = declared(r, "w")
+        except Unbounded as exc:
+            if r.kind in GEMM_KINDS:
                 unplaced.append(f"step {step}: {r.name} #{r.seq} ({exc})")
                 continue
-            if writes.intersect(dw):
-                computed = computed.union(writes.intersect(dw))
-                if hit := reads.intersect(taint):
-                    problems.append(
-                        f"step {step}: the GEMM #{r.seq} that computes dW w_b0fc read "
-                        f"{hit.bytes // 4} elements the scale wrote"
-                    )
-        writes_r = _writes(r, changed)
+            declared_writes = None  # an unknown kernel: only a deep capture saw its writes
+        gemm_writes = declared_writes if r.kind in GEMM_KINDS else None
+        if gemm_writes is not None and (part := gemm_writes.intersect(dw)):
+            computed = computed.union(part)
+            if hit := declared(r, "r").intersect(taint):
+                problems.append(
+                    f"step {step}: the GEMM #{r.seq} that computes dW w_b0fc read "
+                    f"{hit.bytes // 4} elements the scale wrote"
+                )
+        # what the call wrote: its declared writes and, in a deep capture, what it changed;
+        # None where neither is known (an unknown kernel of a capture that is not deep)
+        seen = changed.get(r.seq)
+        if declared_writes is None or seen is None:
+            writes = declared_writes if seen is None else seen
+        else:
+            writes = declared_writes.union(seen)
         if r.kind == "kernel" and r.name == SCALE_KERNEL:
-            taint = taint.union(writes_r or Spans())
-        elif writes_r is not None:
-            taint = taint.minus(writes_r)  # overwritten: no longer the scale's
+            taint = taint.union(writes or Spans())
+        elif writes is not None:
+            taint = taint.minus(writes)  # overwritten: no longer the scale's
     if left := taint.intersect(dw):
         problems.append(
             f"step {step}: dW w_b0fc holds {left.bytes // 4} elements the scale wrote when the "

@@ -326,3 +326,22 @@ def test_egf009_is_undecided_where_no_adam_update_is_launched(deep, tmp_path):
     v = _verdict(audit, "EGF009")
     assert v.status == UNDECIDED and v.summary.startswith("no adam_update launch")
     assert _verdict(audit, "EGF013").status == PASS
+
+
+def test_a_zero_byte_allocation_is_not_counted_among_those_compared(deep, tmp_path):
+    """cudaMalloc(0) succeeds and holds nothing: the recorder keeps no copy of it, and the
+    reader does not count it live, so it makes no effect look short."""
+
+    def empty_alloc(events):
+        for e in events:  # room for one more line: every seq (and launch) doubled
+            e["seq"] *= 2
+            if "launch" in e:
+                e["launch"] *= 2
+        i = _first(events, ev="alloc")
+        zero = dict(events[i], seq=events[i]["seq"] + 1, dst=0x10, bytes=0)
+        events.insert(i + 1, zero)
+        return events
+
+    edited = _edited(deep, tmp_path, empty_alloc)
+    v = _verdict(audit_capture(edited), "EGF013")
+    assert v.status == PASS, v.summary

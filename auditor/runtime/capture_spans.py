@@ -8,7 +8,7 @@ EGF002's data flow) read these; nothing here judges.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from egf_audit.kernels import KERNELS_BY_NAME
@@ -143,14 +143,6 @@ def declared(r: Record, mode: str) -> Spans:
             for rng in box_ranges(r.args[x.param], x.box(r.args))
         )
     raise Unbounded(f"{r.name} is no kernel egf-audit knows: it declares no regions")
-
-
-def allocations_holding(
-    allocations: Sequence[Allocation], pointers: Iterable[int], seq: int
-) -> list[Allocation]:
-    """The allocations live at `seq` that hold one of `pointers`."""
-    wanted = list(pointers)
-    return [a for a in allocations if a.live_at(seq) and any(a.holds(p) for p in wanted)]
 
 
 def whole(allocations: Iterable[Allocation]) -> Spans:
