@@ -967,6 +967,8 @@ static struct {
     size_t one_cap, scratch_cap;
     unsigned int *host_counts, *host_bits;
     size_t host_counts_cap, host_bits_cap;
+    unsigned long long *runs;  // (address, bytes) pairs of one effect, gathered before it is written
+    size_t runs_cap;
 } deep = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void deep_fail(const char *what, int rc) {
@@ -992,6 +994,7 @@ static int deep_grow(CUdeviceptr *p, size_t *cap, size_t want_words) {
     return 1;
 }
 
+// `p` grown to hold `want` words (NULL when it cannot be; `p` is then kept as it was).
 static void *host_grow(void *p, size_t *cap, size_t want) {
     if (want <= *cap) return p;
     void *grown = realloc(p, want * 2 * sizeof(unsigned int));
@@ -1108,6 +1111,17 @@ static void deep_untrack(unsigned long long base) {
     pthread_mutex_unlock(&deep.lock);
 }
 
+// The words of allocation i compared: up to its 256-byte-rounded end, never into the next
+// allocation (one pool may pack them closer), so no byte is compared, or reported, twice.
+static unsigned long long deep_scan(int i) {
+    unsigned long long words = deep.a[i].words;
+    if (i + 1 < deep.n) {
+        unsigned long long room = (deep.a[i + 1].base - deep.a[i].base) / 4;
+        if (room < words) words = room;
+    }
+    return words;
+}
+
 // The table, the bitmaps and the counters for the allocations live now.
 static int deep_prepare(void) {
     if (!deep_module()) return 0;
@@ -1116,8 +1130,8 @@ static int deep_prepare(void) {
     DeepEntry *entries = malloc((size_t)(deep.n ? deep.n : 1) * sizeof *entries);
     if (!entries) return 0;
     for (int i = 0; i < deep.n; ++i) {
-        entries[i] = (DeepEntry){deep.a[i].base, deep.a[i].shadow, deep.a[i].words, bitmap_words};
-        bitmap_words += (deep.a[i].words + 31) / 32;
+        entries[i] = (DeepEntry){deep.a[i].base, deep.a[i].shadow, deep_scan(i), bitmap_words};
+        bitmap_words += (deep_scan(i) + 31) / 32;
     }
     int ok = deep_grow(&deep.table, &deep.table_cap, (size_t)deep.n * sizeof(DeepEntry) / 4 + 1) &&
              deep_grow(&deep.bitmap, &deep.bitmap_cap, bitmap_words + 1) &&
@@ -1135,6 +1149,36 @@ static int deep_prepare(void) {
     return ok;
 }
 
+// Allocation i's changed words, read from its bitmap `slice` (then cleared), appended to
+// deep.runs as (address, bytes) pairs; a run that meets the last one extends it. 0 on failure.
+static int deep_bitmap_runs(int i, CUdeviceptr slice, size_t words, size_t *runs) {
+    unsigned int *bits = host_grow(deep.host_bits, &deep.host_bits_cap, words);
+    if (!bits) return 0;
+    deep.host_bits = bits;
+    if (g.dtoh(bits, slice, words * 4) != CUDA_SUCCESS) return 0;
+    if (deep.memset32(slice, 0, words) != CUDA_SUCCESS) return 0;
+    for (size_t w = 0; w < words; ++w) {
+        for (unsigned int word = bits[w]; word; word &= word - 1) {
+            unsigned long long at = deep.a[i].base + 4ULL * (w * 32 + (size_t)__builtin_ctz(word));
+            if (*runs && deep.runs[2 * *runs - 2] + deep.runs[2 * *runs - 1] == at) {
+                deep.runs[2 * *runs - 1] += 4;
+                continue;
+            }
+            if (2 * (*runs + 1) > deep.runs_cap) {
+                size_t cap = deep.runs_cap ? 2 * deep.runs_cap : 1024;
+                unsigned long long *grown = realloc(deep.runs, cap * sizeof *grown);
+                if (!grown) return 0;
+                deep.runs = grown;
+                deep.runs_cap = cap;
+            }
+            deep.runs[2 * *runs] = at;
+            deep.runs[2 * *runs + 1] = 4;
+            ++*runs;
+        }
+    }
+    return 1;
+}
+
 // After the call of seq `launch` finished: what it changed, as runs of bytes.
 static void deep_effect(unsigned long long launch) {
     if (!deep.on) return;
@@ -1146,15 +1190,16 @@ static void deep_effect(unsigned long long launch) {
         return;
     }
     int n = deep.n;
-    deep.host_counts = host_grow(deep.host_counts, &deep.host_counts_cap, (size_t)n + 1);
-    if (!deep.host_counts) {
+    unsigned int *counts = host_grow(deep.host_counts, &deep.host_counts_cap, (size_t)n + 1);
+    if (!counts) {
         deep_fail("malloc", 0);
         pthread_mutex_unlock(&deep.lock);
         return;
     }
+    deep.host_counts = counts;
     if (n) {
         unsigned long long longest = 1;
-        for (int i = 0; i < n; ++i) longest = deep.a[i].words > longest ? deep.a[i].words : longest;
+        for (int i = 0; i < n; ++i) longest = deep_scan(i) > longest ? deep_scan(i) : longest;
         rc = deep.memset32(deep.counts, 0, (size_t)n);
         for (int first = 0; rc == CUDA_SUCCESS && first < n; first += 65535) {
             unsigned rows = (unsigned)(n - first < 65535 ? n - first : 65535);
@@ -1169,45 +1214,28 @@ static void deep_effect(unsigned long long launch) {
             return;
         }
     }
-    unsigned long long total = 0;
-    for (int i = 0; i < n; ++i) total += deep.a[i].bytes;
+    // every changed run is gathered before the event is written: a bitmap that cannot be read
+    // back leaves the call without an effect (which the reader fails), never with a short one
+    unsigned long long offset = 0, total = 0;
+    size_t runs = 0;
+    for (int i = 0; i < n; ++i) {
+        total += deep.a[i].bytes;
+        size_t words = (size_t)((deep_scan(i) + 31) / 32);
+        if (deep.host_counts[i] && !deep_bitmap_runs(i, deep.bitmap + offset * 4, words, &runs)) {
+            deep_fail("reading a bitmap back", 0);
+            pthread_mutex_unlock(&deep.lock);
+            return;
+        }
+        offset += words;
+    }
     if (!begin_event("effect")) {
         pthread_mutex_unlock(&deep.lock);
         return;
     }
     fprintf(g.events, ",\"launch\":%llu,\"allocations\":%d,\"bytes\":%llu,\"changed\":[", launch, n,
             total);
-    unsigned long long run_start = 0, run_end = 0, offset = 0;
-    int runs = 0;
-    for (int i = 0; i < n; ++i) {
-        size_t words = (size_t)((deep.a[i].words + 31) / 32);
-        if (deep.host_counts[i]) {
-            deep.host_bits = host_grow(deep.host_bits, &deep.host_bits_cap, words);
-            CUdeviceptr slice = deep.bitmap + (CUdeviceptr)offset * 4;
-            if (!deep.host_bits || g.dtoh(deep.host_bits, slice, words * 4) != CUDA_SUCCESS) {
-                deep_fail("reading a bitmap back", 0);
-            } else {
-                deep.memset32(slice, 0, words);
-                for (size_t w = 0; w < words; ++w) {
-                    unsigned int bits = deep.host_bits[w];
-                    while (bits) {
-                        int b = __builtin_ctz(bits);
-                        bits &= bits - 1;
-                        unsigned long long at = deep.a[i].base + 4ULL * (w * 32 + (size_t)b);
-                        if (runs && at == run_end) {
-                            run_end += 4;
-                            continue;
-                        }
-                        if (runs) fprintf(g.events, "%s[%llu,%llu]", runs > 1 ? "," : "", run_start, run_end - run_start);
-                        run_start = at, run_end = at + 4;
-                        ++runs;
-                    }
-                }
-            }
-        }
-        offset += words;
-    }
-    if (runs) fprintf(g.events, "%s[%llu,%llu]", runs > 1 ? "," : "", run_start, run_end - run_start);
+    for (size_t r = 0; r < runs; ++r)
+        fprintf(g.events, "%s[%llu,%llu]", r ? "," : "", deep.runs[2 * r], deep.runs[2 * r + 1]);
     fputc(']', g.events);
     end_event();
     pthread_mutex_unlock(&deep.lock);
