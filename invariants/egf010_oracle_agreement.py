@@ -6,11 +6,19 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from egf_audit.invariants.registry import Invariant, Verdict, failed, passed
+from egf_audit.invariants.capture_oracle import (
+    CaptureConfig,
+    capture_dims,
+    oracle_trace,
+    unnamed_buffers,
+)
+from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, TensorCheck, compare_step
+from egf_audit.runtime.contract import POLYAK_KERNEL
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Trace
 
 # The replays the oracle models as they are: the gate forced to 0.37 and to 1. The skip-scale
@@ -109,7 +117,14 @@ def check(run: AuditRun, mode: str) -> Verdict:
         if not steps:
             problems.append(f"{trace.scenario} recorded no training step")
         reports += [compare_step(trace, step, run.config) for step in steps]
+    return agreement(reports, problems, len(traces))
 
+
+def agreement(
+    reports: list[OracleReport], problems: list[str], scenarios: int, **more: object
+) -> Verdict:
+    """The verdict on the compared steps, the same for the rebuild and a capture: any problem,
+    tensor out of tolerance or decision outside the near-tie band fails."""
     evidence: dict[str, object] = {
         "tolerance": (
             f"max|err| <= {ABS_TOL:g} + {REL_TOL:g} * max|ref| per tensor "
@@ -119,6 +134,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
     }
     if problems:
         evidence["problems"] = problems
+    evidence.update(more)
     bad_tensors = sorted(
         {f"{t.kind} {t.name}" for r in reports for t in r.failing_tensors},
     )
@@ -148,10 +164,41 @@ def check(run: AuditRun, mode: str) -> Verdict:
     decisions = sum(r.total("total") for r in reports)
     return passed(
         f"{rows} tensor comparisons (gradients, params, Adam m/v, sn u/v, target) over "
-        f"{len(reports)} steps of {len(traces)} scenarios agree with the float64 model; "
+        f"{len(reports)} steps of {scenarios} scenarios agree with the float64 model; "
         f"{decisions} ReLU/argmax decisions agree outside the near-tie band",
         **evidence,
     )
+
+
+def check_capture(ct: CaptureTrace) -> Verdict:
+    """The same comparison on a deep capture with values: each step the trainer ran, its
+    checkpoints rebuilt from the memory history (invariants/capture_oracle.py). UNDECIDED where
+    the capture is not deep or kept no values, or the layout does not name what the oracle
+    reads; a byte the history cannot vouch for, or a step it cannot place, fails."""
+    proc = ct.process
+    if not proc.deep:
+        return undecided(
+            "the capture is not deep: the oracle needs the step's tensors whole at its "
+            "checkpoints (egf-audit capture --deep keeps a memory history)"
+        )
+    if not proc.values:
+        return undecided(
+            "the deep capture kept no values (EGF_CAPTURE_DEEP_VALUES_MAX=0, or a recorder from "
+            "before values): where memory changed is known, not what it changed to"
+        )
+    dims = capture_dims(ct)
+    lacking = unnamed_buffers(ct)
+    if isinstance(dims, str) or lacking:
+        shown = ", ".join(lacking[:MAX_LISTED]) + (" ..." if len(lacking) > MAX_LISTED else "")
+        what = dims if isinstance(dims, str) else f"{len(lacking)} buffers it reads: {shown}"
+        return undecided(f"the layout does not name what the oracle reads ({what})")
+    steps = sorted({x.step for x in ct.trace.kernels(POLYAK_KERNEL)})
+    if not steps:
+        return failed("no training step reached its polyak_ema: no step to compare")
+    trace, problems = oracle_trace(ct, steps)
+    config = CaptureConfig(dims, ct.hyper)
+    reports = [compare_step(trace, step, config) for step in trace.training_steps()]
+    return agreement(reports, problems, 1, adam_t="the step's place in the process, from 1")
 
 
 INVARIANT = Invariant(
@@ -203,9 +250,12 @@ INVARIANT = Invariant(
         "small elements of a large tensor can pass; a decision that differs near a tie is "
         "counted, never failed. The model runs with the pipeline's own ReLU masks, argmaxes and "
         "the gate the backward read, so a wrong gate value is not seen here, and the skip-scale "
-        "and non-finite replays are not modelled. A capture cannot decide it: it needs the "
-        "trainer's weights, batch and gradients in full, and keeps the ABI kernels' regions "
-        "only."
+        "and non-finite replays are not modelled. On a capture it is decided from a deep "
+        "capture with values (`egf-audit capture --deep`), whose memory history gives every "
+        "buffer at the checkpoints, where the layout file names the buffers the oracle reads "
+        "and the dims; otherwise UNDECIDED, with the reason. There the checkpoints are placed "
+        "by the ABI kernels and the first write of the optimizer, the hyper-parameters are "
+        "SPEC's and Adam's step count is the step's place in the process (docs/capture.md)."
     ),
     example=(
         "Pre-B.10, backward_branch_dw for d = 0 used (save_h_s2, K = SH2) against w_b0fc's "
@@ -214,8 +264,5 @@ INVARIANT = Invariant(
         "grad w_b0fc."
     ),
     check=check,
-    capture_undecidable=(
-        "needs the trainer's weights, batch and gradients in full for an independent fp64 "
-        "model; the capture keeps the ABI kernels' regions only"
-    ),
+    capture=check_capture,
 )

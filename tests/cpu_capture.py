@@ -173,6 +173,9 @@ class EventFiles:
         self.events = (folder / f"events-{pid}.jsonl").open("w", encoding="utf-8")
         self.snapshots = (folder / f"snapshots-{pid}.bin").open("wb")
         self.snapshot_bytes = 0
+        self.folder, self.pid = folder, pid
+        self.values: Any = None  # values-<pid>.bin of a deep capture, opened by deep_values()
+        self.values_bytes = 0
         self.values_max = values_max
         self.seq = 0
         self.counts = {"kernel": 0, "sgemm": 0, "memset": 0, "copy": 0, "snapshot": 0}
@@ -232,9 +235,39 @@ class EventFiles:
             count=keep,
         )
 
+    def deep_values(self) -> None:
+        self.values = (self.folder / f"values-{self.pid}.bin").open("wb")
+
+    @staticmethod
+    def runs_with_values(
+        base: int, words: np.ndarray, differ: np.ndarray
+    ) -> tuple[list[list[int]], list[np.ndarray]]:
+        """The runs of the changed words `differ` (indices into `words`, which start at byte
+        address `base`), and each run's new words."""
+        runs: list[list[int]] = []
+        chunks: list[np.ndarray] = []
+        if differ.size:
+            for run in np.split(differ, np.flatnonzero(np.diff(differ) != 1) + 1):
+                runs.append([base + 4 * int(run[0]), 4 * int(run.size)])
+                chunks.append(words[run[0] : run[-1] + 1])
+        return runs, chunks
+
+    def write_values(self, chunks: list[np.ndarray]) -> dict[str, int]:
+        """`{"values": offset}` after writing `chunks` to the values file; {} without one."""
+        if self.values is None:
+            return {}
+        offset = self.values_bytes
+        for chunk in chunks:
+            data = np.ascontiguousarray(chunk, dtype="<u4").tobytes()
+            self.values.write(data)
+            self.values_bytes += len(data)
+        return {"values": offset}
+
     def close(self) -> None:
         self.events.close()
         self.snapshots.close()
+        if self.values is not None:
+            self.values.close()
 
 
 class RecordingBackend:
@@ -271,22 +304,20 @@ class RecordingBackend:
         words that differ written (as byte addresses), the shadow brought up to date."""
         if not self._deep:
             return
-        changed: list[list[int]] = []
+        changed: list[tuple[list[int], np.ndarray]] = []
         for base in self._bases:
             now = self._words(base)
             differ = np.flatnonzero(now != self._shadow[base])
             self._shadow[base] = now
-            if differ.size:
-                cuts = np.flatnonzero(np.diff(differ) != 1) + 1
-                for run in np.split(differ, cuts):
-                    changed.append([base + 4 * int(run[0]), 4 * int(run.size)])
-        changed.sort()
+            changed += zip(*self._files.runs_with_values(base, now, differ), strict=True)
+        changed.sort(key=lambda run_chunk: run_chunk[0])
         self._files.event(
             "effect",
             launch=launch,
             allocations=len(self._blocks),
             bytes=sum(self._blocks),
-            changed=changed,
+            changed=[run for run, _ in changed],
+            **self._files.write_values([chunk for _, chunk in changed]),
         )
 
     @staticmethod
@@ -326,10 +357,15 @@ class RecordingBackend:
         self._sizes[base] = nbytes
         block, whole = base - GUARD_BYTES, nbytes + 2 * GUARD_BYTES
         pooled = -(-whole // POOL_UNIT) * POOL_UNIT
-        self._files.memory("alloc", "cuMemAlloc_v2", block, 0, pooled)
+        made = self._files.memory("alloc", "cuMemAlloc_v2", block, 0, pooled)
         self._blocks.append(pooled)
         if self._deep:
-            self._shadow[base] = self._words(base)  # the recorder copies a new allocation
+            # the recorder copies a new allocation, and names its non-zero words (contents)
+            now = self._shadow[base] = self._words(base)
+            runs, chunks = self._files.runs_with_values(base, now, np.flatnonzero(now))
+            self._files.event(
+                "contents", alloc=made, changed=runs, **self._files.write_values(chunks)
+            )
         self._effect(self._files.memory("memset", "cuMemsetD8Async", block, 0, whole))
         for zone in (block, base + nbytes):
             params = [[4, CANARY_BITS], _CARRAY, _CINDEXER]
@@ -508,8 +544,10 @@ def capture_standin(
         subscribe=0,
         param_info=True,
         hash="mix64",
-        **({"deep": True} if deep else {}),
+        **({"deep": True, "values": True} if deep else {}),
     )
+    if deep:
+        files.deep_values()
     files.note(f"cublas logger attached: {CUBLAS_LIBRARY}")
     backends: list[Any] = []
 

@@ -29,14 +29,24 @@ def _lines(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / EVENTS).read_text().splitlines()]
 
 
-def _edited(deep: Path, tmp_path: Path, edit) -> Path:
-    """A copy of the deep capture with its events passed through `edit` (a list in, a list out)."""
+def without_values(events: list[dict]) -> list[dict]:
+    """The events of a deep capture as a recorder that keeps no values writes them: no
+    `contents` events, no "values" keys (an edit of the runs then needs no matching bytes)."""
+    kept = [dict(e) for e in events if e["ev"] != "contents"]
+    for e in kept:
+        e.pop("values", None)
+    return kept
+
+
+def _edited(deep: Path, tmp_path: Path, edit, values: bool = False) -> Path:
+    """A copy of the deep capture with its events passed through `edit` (a list in, a list
+    out); without its values unless `values` (the values file then stays as it was)."""
     out = tmp_path / "edited"
     out.mkdir()
     for f in deep.iterdir():
-        if f.name != EVENTS:
+        if f.name != EVENTS and (values or not f.name.startswith("values-")):
             (out / f.name).write_bytes(f.read_bytes())
-    events = edit(_lines(deep))
+    events = edit(_lines(deep) if values else without_values(_lines(deep)))
     text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
     (out / EVENTS).write_text(text)
     return out

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from egf_audit.errors import UsageError
+
 from .command import DEFAULT_SNAPSHOT, run_capture
 
 
@@ -19,11 +21,16 @@ def capture(
     snapshot: list[str] | None,
     values_max: int | None,
     deep: bool = False,
+    deep_values_max: int | None = None,
 ) -> int:
     kernels = tuple(snapshot) if snapshot else DEFAULT_SNAPSHOT
     if kernels == ("none",):
         kernels = ()
-    outcome = run_capture(command, out, layout, kernels, values_max, deep)
+    if deep_values_max is not None and not deep:
+        raise UsageError("--deep-values-max bounds what --deep keeps: give --deep with it")
+    if deep_values_max is not None and deep_values_max < 0:
+        raise UsageError(f"--deep-values-max {deep_values_max}: a byte count, 0 or more")
+    outcome = run_capture(command, out, layout, kernels, values_max, deep, deep_values_max)
     for p in outcome.processes:
         mark = " (audited)" if p["audited"] else ""
         typer.echo(

@@ -68,6 +68,7 @@ MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
 CAPTURE_FILES = (
     EVENTS_GLOB,
     "snapshots-*.bin*",
+    "values-*.bin*",
     "trace.jsonl",
     "manifest.json",
     LAYOUT_FILE,
@@ -92,12 +93,21 @@ def audited_process(procs: list[ProcessCapture]) -> ProcessCapture:
 
 
 def _environment(
-    lib: Path, into: Path, snapshot: tuple[str, ...], values_max: int | None, deep: bool
+    lib: Path,
+    into: Path,
+    snapshot: tuple[str, ...],
+    values_max: int | None,
+    deep: bool,
+    deep_values_max: int | None = None,
 ) -> dict:
     env = dict(os.environ)
-    env.pop("EGF_CAPTURE_DEEP", None)  # deep only when asked here, never inherited
+    # deep, and how much of it is kept, only as asked here, never inherited
+    env.pop("EGF_CAPTURE_DEEP", None)
+    env.pop("EGF_CAPTURE_DEEP_VALUES_MAX", None)
     if deep:
         env["EGF_CAPTURE_DEEP"] = "1"
+        if deep_values_max is not None:
+            env["EGF_CAPTURE_DEEP_VALUES_MAX"] = str(deep_values_max)
     env["CUDA_INJECTION64_PATH"] = str(lib)
     env["EGF_CAPTURE_DIR"] = str(into)
     env["EGF_CAPTURE_SNAPSHOT"] = ",".join(snapshot)
@@ -352,6 +362,7 @@ def run_capture(
     snapshot: tuple[str, ...] = DEFAULT_SNAPSHOT,
     values_max: int | None = None,
     deep: bool = False,
+    deep_values_max: int | None = None,
 ) -> CaptureOutcome:
     """Run `command` under the recorder and replace `out` with the capture once it is complete
     (the module docstring says what is kept when it is not)."""
@@ -374,7 +385,7 @@ def run_capture(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     try:
-        env = _environment(lib, staging, snapshot, values_max, deep)
+        env = _environment(lib, staging, snapshot, values_max, deep, deep_values_max)
         outcome = _record(command, staging, layout, env, snapshot)
         old = _swap(staging, target, out)
     except BaseException:

@@ -56,6 +56,12 @@ static struct {
     FILE *events;
     FILE *snapshots;
     long long snapshot_bytes;
+    // --deep's values file (values-<pid>.bin): the bytes of every change and of every new
+    // allocation's non-zero words, in the order the events name them (docs/capture.md)
+    FILE *values;
+    int values_on;                  // deep and EGF_CAPTURE_DEEP_VALUES_MAX > 0
+    unsigned long long values_bytes;  // written to this process's values file
+    unsigned long long deep_values_max;  // EGF_CAPTURE_DEEP_VALUES_MAX
     pid_t pid;
     char dir[4096];
     char snapshot_kernels[1024];
@@ -86,9 +92,21 @@ static __thread int tl_rt_launch;   // that runtime call is a launch, recorded w
 static __thread const char *tl_rt_name;  // that runtime call's name (a launch made inside it says)
 
 /* ---- output ---- */
+// values-<pid>.bin, opened anew (a forked child closes its copy of its parent's file)
+static void open_values_locked(pid_t pid) {
+    char path[4200];
+    if (g.values) fclose(g.values);
+    snprintf(path, sizeof path, "%s/values-%d.bin", g.dir, (int)pid);
+    g.values = fopen(path, "wb");
+    g.values_bytes = 0;
+}
+
 static void open_files_locked(void) {
     pid_t pid = getpid();
-    if (g.events && g.pid == pid) return;
+    if (g.events && g.pid == pid) {
+        if (g.values_on && !g.values) open_values_locked(pid);  // values turned on after the first event
+        return;
+    }
     // A fork without exec inherits our FILE*s: the child writes its own files. (Their buffers
     // were flushed just before the fork, before_fork: the child never writes the parent's
     // lines a second time when it flushes every stream at exit.)
@@ -99,6 +117,7 @@ static void open_files_locked(void) {
     snprintf(path, sizeof path, "%s/snapshots-%d.bin", g.dir, (int)pid);
     g.snapshots = fopen(path, "wb");
     g.snapshot_bytes = 0;
+    if (g.values_on) open_values_locked(pid);
     if (g.events) setvbuf(g.events, NULL, _IOFBF, 1 << 16);
 }
 
@@ -969,6 +988,9 @@ static struct {
     size_t host_counts_cap, host_bits_cap;
     unsigned long long *runs;  // (address, bytes) pairs of one effect, gathered before it is written
     size_t runs_cap;
+    unsigned char *vals, *span;  // the runs' new bytes; one allocation's span of its copy
+    size_t vals_cap, span_cap;   // bytes
+    int values_stopped;          // the values file reached EGF_CAPTURE_DEEP_VALUES_MAX
 } deep = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void deep_fail(const char *what, int rc) {
@@ -1052,51 +1074,6 @@ static CUresult deep_run(CUdeviceptr table, unsigned rows, unsigned long long lo
     return deep.launch(deep.diff, grid_x ? grid_x : 1, rows, 1, 256, 1, 1, 0, NULL, args, NULL);
 }
 
-// A new allocation: its copy starts as what it holds now. The kernel makes it (a word that
-// differs is copied), not cuMemcpy, which refuses the slack after the allocation's end.
-static void deep_track(unsigned long long base, long long bytes) {
-    if (!deep.on || bytes <= 0) return;
-    pthread_mutex_lock(&deep.lock);
-    unsigned long long scanned = ((unsigned long long)bytes + DEEP_ROUND - 1) / DEEP_ROUND * DEEP_ROUND;
-    CUdeviceptr shadow = 0;
-    CUresult rc = deep.failed || !deep_module() ? CUDA_ERROR_UNKNOWN : deep.alloc(&shadow, scanned);
-    unsigned long long words = scanned / 4;
-    if (rc == CUDA_SUCCESS &&
-        !(deep_grow(&deep.one, &deep.one_cap, sizeof(DeepEntry) / 4 + 1) &&
-          deep_grow(&deep.scratch, &deep.scratch_cap, (size_t)(words + 31) / 32 + 1)))
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    DeepEntry one = {base, shadow, words, 1};  // its bits from word 1 of scratch; word 0 counts
-    if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
-    if (rc == CUDA_SUCCESS) rc = deep.htod(deep.one, &one, sizeof one);
-    if (rc == CUDA_SUCCESS) rc = deep_run(deep.one, 1, words, deep.scratch, deep.scratch);
-    if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
-    if (rc != CUDA_SUCCESS) {
-        deep_fail("copying a new allocation", (int)rc);
-        pthread_mutex_unlock(&deep.lock);
-        return;
-    }
-    if (deep.n == deep.cap) {
-        int cap = deep.cap ? 2 * deep.cap : 256;
-        DeepAlloc *grown = realloc(deep.a, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            deep_fail("realloc", 0);
-            pthread_mutex_unlock(&deep.lock);
-            return;
-        }
-        deep.a = grown;
-        deep.cap = cap;
-    }
-    int i = deep.n;
-    while (i > 0 && deep.a[i - 1].base > base) {
-        deep.a[i] = deep.a[i - 1];
-        --i;
-    }
-    deep.a[i] = (DeepAlloc){base, shadow, (unsigned long long)bytes, words};
-    ++deep.n;
-    deep.dirty = 1;
-    pthread_mutex_unlock(&deep.lock);
-}
-
 static void deep_untrack(unsigned long long base) {
     if (!deep.on) return;
     pthread_mutex_lock(&deep.lock);
@@ -1149,9 +1126,11 @@ static int deep_prepare(void) {
     return ok;
 }
 
-// Allocation i's changed words, read from its bitmap `slice` (then cleared), appended to
-// deep.runs as (address, bytes) pairs; a run that meets the last one extends it. 0 on failure.
-static int deep_bitmap_runs(int i, CUdeviceptr slice, size_t words, size_t *runs) {
+// The changed words of the allocation at `base`, read from its bitmap `slice` (then cleared),
+// appended to deep.runs as (address, bytes) pairs; a run that meets the last one extends it.
+// 0 on failure.
+static int deep_bitmap_runs(unsigned long long base, CUdeviceptr slice, size_t words,
+                            size_t *runs) {
     unsigned int *bits = host_grow(deep.host_bits, &deep.host_bits_cap, words);
     if (!bits) return 0;
     deep.host_bits = bits;
@@ -1159,7 +1138,7 @@ static int deep_bitmap_runs(int i, CUdeviceptr slice, size_t words, size_t *runs
     if (deep.memset32(slice, 0, words) != CUDA_SUCCESS) return 0;
     for (size_t w = 0; w < words; ++w) {
         for (unsigned int word = bits[w]; word; word &= word - 1) {
-            unsigned long long at = deep.a[i].base + 4ULL * (w * 32 + (size_t)__builtin_ctz(word));
+            unsigned long long at = base + 4ULL * (w * 32 + (size_t)__builtin_ctz(word));
             if (*runs && deep.runs[2 * *runs - 2] + deep.runs[2 * *runs - 1] == at) {
                 deep.runs[2 * *runs - 1] += 4;
                 continue;
@@ -1177,6 +1156,164 @@ static int deep_bitmap_runs(int i, CUdeviceptr slice, size_t words, size_t *runs
         }
     }
     return 1;
+}
+
+// `*p` grown to hold `want` bytes (0 when it cannot be; `*p` is then kept as it was).
+static int bytes_grow(unsigned char **p, size_t *cap, size_t want) {
+    if (want <= *cap) return 1;
+    unsigned char *grown = realloc(*p, want * 2);
+    if (!grown) return 0;
+    *p = grown;
+    *cap = want * 2;
+    return 1;
+}
+
+// The new bytes of deep.runs[0 .. runs) into deep.vals, read from the recorder's copies (which
+// the comparison has just brought up to date): one copy back per allocation, of the span from
+// its first changed byte to its last. `*total` is their count. 0 on failure.
+static int deep_values(size_t runs, size_t *total) {
+    *total = 0;
+    for (size_t r = 0; r < runs; ++r) *total += deep.runs[2 * r + 1];
+    if (!bytes_grow(&deep.vals, &deep.vals_cap, *total + 1)) return 0;
+    size_t pos = 0;
+    int i = 0, span_of = -1;
+    unsigned long long span_at = 0;
+    for (size_t r = 0; r < runs; ++r) {
+        unsigned long long at = deep.runs[2 * r], left = deep.runs[2 * r + 1];
+        while (left) {
+            while (i < deep.n && deep.a[i].base + 4 * deep_scan(i) <= at) ++i;
+            if (i == deep.n || deep.a[i].base > at) return 0;  // in no allocation: cannot be
+            unsigned long long end = deep.a[i].base + 4 * deep_scan(i);
+            if (span_of != i) {
+                unsigned long long last = at + left < end ? at + left : end;
+                for (size_t q = r + 1; q < runs && deep.runs[2 * q] < end; ++q) {
+                    unsigned long long stop = deep.runs[2 * q] + deep.runs[2 * q + 1];
+                    last = stop < end ? stop : end;
+                }
+                if (!bytes_grow(&deep.span, &deep.span_cap, last - at)) return 0;
+                if (g.dtoh(deep.span, deep.a[i].shadow + (at - deep.a[i].base), last - at) !=
+                    CUDA_SUCCESS)
+                    return 0;
+                span_of = i;
+                span_at = at;
+            }
+            unsigned long long piece = left < end - at ? left : end - at;
+            memcpy(deep.vals + pos, deep.span + (at - span_at), piece);
+            pos += piece;
+            at += piece;
+            left -= piece;
+        }
+    }
+    return 1;
+}
+
+// Whether `bytes` more values may be written; past EGF_CAPTURE_DEEP_VALUES_MAX the values
+// stop (said once): every later event lacks "values", which the reader takes as unknown memory.
+static int values_fit(size_t bytes) {
+    if (!g.values_on || deep.values_stopped) return 0;
+    if (g.values_bytes + bytes <= g.deep_values_max) return 1;
+    deep.values_stopped = 1;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "deep values stopped: the values file would pass %llu bytes "
+             "(EGF_CAPTURE_DEEP_VALUES_MAX); later effects carry no values",
+             g.deep_values_max);
+    note(msg);
+    return 0;
+}
+
+// Within an event (g.lock held): `"values":offset` and the bytes at that offset of the
+// values file; nothing where the file cannot take them.
+static void write_values(size_t bytes) {
+    if (!g.values) return;
+    if (bytes && fwrite(deep.vals, 1, bytes, g.values) != bytes) return;
+    fprintf(g.events, ",\"values\":%llu", g.values_bytes);
+    g.values_bytes += bytes;
+}
+
+// The runs of one event, as JSON pairs.
+static void write_runs(size_t runs) {
+    for (size_t r = 0; r < runs; ++r)
+        fprintf(g.events, "%s[%llu,%llu]", r ? "," : "", deep.runs[2 * r], deep.runs[2 * r + 1]);
+}
+
+// A new allocation (its alloc event has seq `seq`): its copy starts as what it holds now. The
+// copy is zeroed and then brought up to date by the comparison kernel (not cuMemcpy, which
+// refuses the slack after the allocation's end), so the bits it sets are the allocation's
+// non-zero words: with values on, a `contents` event names them and their bytes, and memory is
+// known from the allocation on.
+static void deep_track(unsigned long long seq, unsigned long long base, long long bytes) {
+    if (!deep.on || bytes <= 0) return;
+    pthread_mutex_lock(&deep.lock);
+    unsigned long long scanned = ((unsigned long long)bytes + DEEP_ROUND - 1) / DEEP_ROUND * DEEP_ROUND;
+    CUdeviceptr shadow = 0;
+    CUresult rc = deep.failed || !deep_module() ? CUDA_ERROR_UNKNOWN : deep.alloc(&shadow, scanned);
+    if (rc != CUDA_SUCCESS) {
+        deep_fail("allocating a new allocation's copy", (int)rc);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    if (deep.n == deep.cap) {
+        int cap = deep.cap ? 2 * deep.cap : 256;
+        DeepAlloc *grown = realloc(deep.a, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            deep.free_(shadow);
+            deep_fail("realloc", 0);
+            pthread_mutex_unlock(&deep.lock);
+            return;
+        }
+        deep.a = grown;
+        deep.cap = cap;
+    }
+    int i = deep.n;
+    while (i > 0 && deep.a[i - 1].base > base) {
+        deep.a[i] = deep.a[i - 1];
+        --i;
+    }
+    deep.a[i] = (DeepAlloc){base, shadow, (unsigned long long)bytes, scanned / 4};
+    ++deep.n;
+    deep.dirty = 1;
+    unsigned long long words = deep_scan(i);  // never into the next allocation
+    size_t bit_words = (size_t)(words + 31) / 32;
+    if (!(deep_grow(&deep.one, &deep.one_cap, sizeof(DeepEntry) / 4 + 1) &&
+          deep_grow(&deep.scratch, &deep.scratch_cap, bit_words + 1))) {
+        pthread_mutex_unlock(&deep.lock);  // deep_grow said why
+        return;
+    }
+    DeepEntry one = {base, shadow, words, 1};  // its bits from word 1 of scratch; word 0 counts
+    unsigned int found = 0;
+    rc = g.ctx_sync();
+    if (rc == CUDA_SUCCESS) rc = deep.memset32(shadow, 0, (size_t)(scanned / 4));
+    if (rc == CUDA_SUCCESS) rc = deep.memset32(deep.scratch, 0, bit_words + 1);
+    if (rc == CUDA_SUCCESS) rc = deep.htod(deep.one, &one, sizeof one);
+    if (rc == CUDA_SUCCESS) rc = deep_run(deep.one, 1, words, deep.scratch + 4, deep.scratch);
+    if (rc == CUDA_SUCCESS) rc = g.ctx_sync();
+    if (rc == CUDA_SUCCESS) rc = g.dtoh(&found, deep.scratch, sizeof found);
+    if (rc != CUDA_SUCCESS) {
+        deep_fail("copying a new allocation", (int)rc);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    if (!g.values_on) {
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    size_t runs = 0, total = 0;
+    if (found && !(deep_bitmap_runs(base, deep.scratch + 4, bit_words, &runs) &&
+                   deep_values(runs, &total))) {
+        deep_fail("reading a new allocation's contents", 0);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    int with_values = values_fit(total);
+    if (begin_event("contents")) {
+        fprintf(g.events, ",\"alloc\":%llu,\"changed\":[", seq);
+        write_runs(runs);
+        fputc(']', g.events);
+        if (with_values) write_values(total);
+        end_event();
+    }
+    pthread_mutex_unlock(&deep.lock);
 }
 
 // After the call of seq `launch` finished: what it changed, as runs of bytes.
@@ -1221,22 +1358,30 @@ static void deep_effect(unsigned long long launch) {
     for (int i = 0; i < n; ++i) {
         total += deep.a[i].bytes;
         size_t words = (size_t)((deep_scan(i) + 31) / 32);
-        if (deep.host_counts[i] && !deep_bitmap_runs(i, deep.bitmap + offset * 4, words, &runs)) {
+        if (deep.host_counts[i] &&
+            !deep_bitmap_runs(deep.a[i].base, deep.bitmap + offset * 4, words, &runs)) {
             deep_fail("reading a bitmap back", 0);
             pthread_mutex_unlock(&deep.lock);
             return;
         }
         offset += words;
     }
+    size_t changed = 0;
+    if (g.values_on && !deep_values(runs, &changed)) {
+        deep_fail("reading changed values back", 0);
+        pthread_mutex_unlock(&deep.lock);
+        return;
+    }
+    int with_values = values_fit(changed);
     if (!begin_event("effect")) {
         pthread_mutex_unlock(&deep.lock);
         return;
     }
     fprintf(g.events, ",\"launch\":%llu,\"allocations\":%d,\"bytes\":%llu,\"changed\":[", launch, n,
             total);
-    for (size_t r = 0; r < runs; ++r)
-        fprintf(g.events, "%s[%llu,%llu]", r ? "," : "", deep.runs[2 * r], deep.runs[2 * r + 1]);
+    write_runs(runs);
     fputc(']', g.events);
+    if (with_values) write_values(changed);
     end_event();
     pthread_mutex_unlock(&deep.lock);
 }
@@ -1621,7 +1766,7 @@ static unsigned long long memory_event(const char *ev, const char *api, unsigned
     fprintf(g.events, ",\"dst\":%llu,\"src\":%llu,\"bytes\":%lld,\"value\":%lld", dst, src, bytes,
             value);
     end_event();
-    if (!strcmp(ev, "alloc")) deep_track(dst, bytes);
+    if (!strcmp(ev, "alloc")) deep_track(seq, dst, bytes);
     return seq + 1;
 }
 
@@ -2003,6 +2148,9 @@ int InitializeInjection(void) {
     const char *deep_env = getenv("EGF_CAPTURE_DEEP");
     deep.on = deep_env && !strcmp(deep_env, "1") && deep.alloc && deep.free_ && deep.htod &&
               deep.memset32 && deep.load && deep.function && deep.launch && g.ctx_sync && g.dtoh;
+    const char *values_env = getenv("EGF_CAPTURE_DEEP_VALUES_MAX");
+    g.deep_values_max = values_env ? strtoull(values_env, NULL, 10) : 1ULL << 30;
+    g.values_on = deep.on && g.deep_values_max > 0;
     atexit(on_exit_event);
     pthread_atfork(before_fork, after_fork, after_fork);
 
@@ -2016,6 +2164,7 @@ int InitializeInjection(void) {
         fprintf(g.events, ",\"param_info\":%s,\"hash\":\"mix64\"",
                 g.param_info ? "true" : "false");
         if (deep.on) fputs(",\"deep\":true", g.events);
+        if (g.values_on) fputs(",\"values\":true", g.events);
         end_event();
     }
     if (status != CUPTI_SUCCESS) {

@@ -49,6 +49,7 @@ from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import (
     HASH_FNV1A,
     HASH_KINDS,
+    Contents,
     Effect,
     ProcessCapture,
     Record,
@@ -70,6 +71,7 @@ EVENTS_NAME = re.compile(r"events-(\d+)\.jsonl(\.gz)?")
 ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
 MAX_LINE_BYTES = 1 << 20  # the recorder's longest line is a few KiB (64 parameters, a log line)
 LIMIT = 1 << 40  # elements, counts, bytes and offsets: a TiB is more than any GPU holds
+DEEP_ROUND = 256  # a deep recorder compares each allocation up to its 256-byte-rounded end
 SNAPSHOT_WHEN = ("before", "after", "step_start")
 SNAPSHOT_REGIONS = ("wire", "body", "alpha", "d_h_s2", "d_concat", "target", "online")
 
@@ -290,11 +292,19 @@ FIELDS: dict[str, dict[str, Check]] = {
     "exit": {"pid": PID},
     # a deep capture: what the call of seq `launch` changed, every live allocation compared
     "effect": {"launch": SEQ, "allocations": SIZE, "bytes": SIZE, "changed": _runs},
+    # a deep capture with values: the non-zero words of the allocation of seq `alloc` when it
+    # was made (its 256-byte-rounded extent, never into the next allocation)
+    "contents": {"alloc": SEQ, "changed": _runs},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
     # how the recorder hashed its snapshot regions (absent: fnv1a, recorders before mix64)
     # "deep": recorded with --deep (an effect event after every launch, memset and copy)
-    "init": {"hash": _one_of(*HASH_KINDS), "deep": _boolean},
+    # "values": --deep recorded the bytes of every change (values-<pid>.bin)
+    "init": {"hash": _one_of(*HASH_KINDS), "deep": _boolean, "values": _boolean},
+    # where the bytes of the runs start in values-<pid>.bin (absent: not recorded, memory from
+    # this call on is unknown; the recorder's note says why)
+    "effect": {"values": SIZE},
+    "contents": {"values": SIZE},
     # on a launch whose parameters could not be read: -1 no CUfunction was found for it, -2 the
     # driver has no cuFuncGetParamInfo, else that call's CUresult for the first parameter
     # "via": the runtime call (cudaLaunchKernel, ...) inside which the runtime made this launch
@@ -729,15 +739,47 @@ def _snapshot_bytes(events_name: str, snap_path: Path | None, snaps: list[_Snaps
     return values
 
 
-def _snapshots_file(folder: Path, pid: int) -> Path | None:
+def _process_file(folder: Path, stem: str, pid: int) -> Path | None:
+    """`<stem>-<pid>.bin` as the recorder writes it, or `.bin.gz` as a fixture keeps it."""
     found = [
         p
-        for p in (folder / f"snapshots-{pid}.bin", folder / f"snapshots-{pid}.bin.gz")
+        for p in (folder / f"{stem}-{pid}.bin", folder / f"{stem}-{pid}.bin.gz")
         if _stat(p) is not None
     ]
     if len(found) > 1:
-        _refuse(found[0].name, f"{found[1].name} beside it: two snapshots files of one process")
+        _refuse(found[0].name, f"{found[1].name} beside it: two {stem} files of one process")
     return found[0] if found else None
+
+
+def _snapshots_file(folder: Path, pid: int) -> Path | None:
+    return _process_file(folder, "snapshots", pid)
+
+
+def _values_reader(folder: Path, pid: int, need: int) -> Callable[[], np.ndarray]:
+    """values-<pid>.bin, read when first asked for (only EGF010 reads it) and then kept: its
+    first `need` bytes, fewer where it is shorter (the history then knows memory only up to the
+    first change whose bytes are missing), as read-only bytes. A capture without the file
+    reads as empty. Refused (exit 2) where it cannot be read at all."""
+    path = _process_file(folder, "values", pid)
+    kept: list[np.ndarray] = []
+
+    def read() -> np.ndarray:
+        if kept:
+            return kept[0]
+        data: Any = b""
+        if path is not None and need:
+            with open_capture_file(path) as f:
+                if path.suffix == ".gz":
+                    data = bytes(_gunzip(path.name, f, need))
+                else:
+                    size = os.fstat(f.fileno()).st_size
+                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        values = np.frombuffer(data, dtype=np.uint8, count=min(len(data), need))
+        values.flags.writeable = False
+        kept.append(values)
+        return values
+
+    return read
 
 
 def read_process(events_path: Path) -> ProcessCapture:
@@ -761,6 +803,27 @@ def read_process(events_path: Path) -> ProcessCapture:
     # that is no GEMM: a launch cuBLAS made (deep captures say so) belongs to that call
     cublas_call: dict[int, int] = {}
     observed_seqs: set[int] = set()  # kernel launches, memsets and copies: what effects follow
+    allocated: dict[int, tuple[int, int]] = {}  # alloc seq -> (address, bytes): contents follow
+    values_end = 0  # the bytes of values-<pid>.bin the events so far have named
+
+    def values_at(where: str, event: dict[str, Any]) -> int | None:
+        """An effect's or contents' offset into values-<pid>.bin, in a capture whose init says
+        it records values: at or after where the previous event's bytes end (a gap is the
+        bytes of an event missing from the file)."""
+        nonlocal values_end
+        offset = event.get("values")
+        if offset is None:
+            return None
+        if not proc.values:
+            _refuse(where, '"values", and the init event does not say the capture records them')
+        if offset < values_end:
+            _refuse(
+                where,
+                f'"values" {offset}: the values before it end at byte {values_end} of the values '
+                "file (each event's bytes follow the previous event's, never overlap them)",
+            )
+        values_end = offset + sum(n for _, n in event["changed"])
+        return offset
 
     def close(tid: int) -> None:
         if tid in open_calls:
@@ -801,6 +864,7 @@ def read_process(events_path: Path) -> ProcessCapture:
             if ev == "init":
                 proc.init = event
                 proc.deep = event.get("deep") is True
+                proc.values = proc.deep and event.get("values") is True
             elif ev == "note":
                 proc.notes.append(event["msg"])
             elif ev == "kernel":
@@ -839,6 +903,31 @@ def read_process(events_path: Path) -> ProcessCapture:
                 last_record[tid] = proc.records[-1]
                 if ev in ("memset", "copy"):
                     observed_seqs.add(seq)
+                elif ev == "alloc":
+                    allocated[seq] = (event["dst"], event["bytes"])
+            elif ev == "contents":
+                made = allocated.pop(event["alloc"], None)
+                if made is None:
+                    _refuse(
+                        where,
+                        f"contents of allocation {event['alloc']}: no allocation of that seq "
+                        "without its contents comes before it",
+                    )
+                address, size = made
+                end = address + -(-size // DEEP_ROUND) * DEEP_ROUND
+                if event["changed"] and not (
+                    address <= event["changed"][0][0] and sum(event["changed"][-1]) <= end
+                ):
+                    _refuse(
+                        where,
+                        f"contents of allocation {event['alloc']} outside its {end - address} "
+                        "bytes",
+                    )
+                proc.contents[event["alloc"]] = Contents(
+                    event["alloc"],
+                    tuple((a, n) for a, n in event["changed"]),
+                    values_at(where, event),
+                )
             elif ev == "effect":
                 launch = event["launch"]
                 if launch not in observed_seqs:
@@ -854,6 +943,7 @@ def read_process(events_path: Path) -> ProcessCapture:
                     event["allocations"],
                     event["bytes"],
                     tuple((a, n) for a, n in event["changed"]),
+                    values_at(where, event),
                 )
             elif ev == "ltmatmul":
                 args = lt_gemm(event)
@@ -915,6 +1005,9 @@ def read_process(events_path: Path) -> ProcessCapture:
         _refuse(
             name, f"an effect of call {first}, and the init event does not say the capture is deep"
         )
+    if proc.values:
+        proc.values_bytes = values_end
+        proc.read_values = _values_reader(events_path.parent, pid, values_end)
     proc.ended = last_ev == "exit"
     proc.records.sort(key=lambda r: r.seq)
     return proc

@@ -53,6 +53,15 @@ def capture(
             help="Compare every allocation after every launch (smoke tests at small shapes).",
         ),
     ] = False,
+    deep_values_max: Annotated[
+        int | None,
+        typer.Option(
+            "--deep-values-max",
+            help="With --deep: keep the bytes of every change up to this many in all "
+            "(default 1 GiB; 0 keeps none, and EGF010 is then undecided).",
+            metavar="BYTES",
+        ),
+    ] = None,
     debug: Debug = False,
 ) -> None:
     """Run the trainer's own command with egf-audit's recorder injected (CUPTI) and write its
@@ -65,7 +74,7 @@ def capture(
             out = _settings_capture()
         from egf_audit.capture import cli
 
-        code = cli.capture(command, out, layout, snapshot, values_max, deep)
+        code = cli.capture(command, out, layout, snapshot, values_max, deep, deep_values_max)
     raise typer.Exit(code)
 
 

@@ -26,7 +26,8 @@ from egf_audit.kernels import THREADS_PER_BLOCK
 from egf_audit.pipeline import memory_need
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.config_view import ConfigDict
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, POLYAK_TAU
+from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+from egf_audit.runtime.hyper import Hyper
 from egf_audit.small_files import read_small_text
 
 MAX_DIM = 1 << 20
@@ -80,21 +81,6 @@ class Dims:
     def branch_in(self, d: int) -> int:
         """Input width of branch d's first FC: `[h_s2 | extra_d]`."""
         return self.SH2 + self.E[d]
-
-
-@dataclass(frozen=True)
-class Hyper:
-    gamma: float = 0.99
-    huber_kappa: float = 1.0
-    lambda_cql: float = 0.1
-    lambda_aux: float = 0.5
-    lr: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    tau: float = POLYAK_TAU
-    sigma_max: float = 1.0
-    gate_ema: float = 0.9  # EMA decay of the smoothed gate written to ISV[393]
 
 
 @dataclass(frozen=True)

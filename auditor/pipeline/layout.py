@@ -9,7 +9,7 @@ ISV) is one buffer holding one tensor of the same name.
 
 from __future__ import annotations
 
-from egf_audit.runtime.contract import BRANCHES, param_shapes
+from egf_audit.runtime.contract import BRANCHES, INT32_BUFFERS, param_shapes
 from egf_audit.runtime.memory import BufferSpec, Layout, Tensor
 
 
@@ -21,7 +21,8 @@ def _packed(shapes: list[tuple[str, int, int]]) -> tuple[Tensor, ...]:
     return tuple(tensors)
 
 
-def _single(name: str, rows: int, cols: int, dtype: str = "f32") -> BufferSpec:
+def _single(name: str, rows: int, cols: int) -> BufferSpec:
+    dtype = "i32" if name in INT32_BUFFERS else "f32"
     return BufferSpec(name, dtype, (Tensor(name, 0, rows, cols),))
 
 
@@ -59,10 +60,10 @@ def build_layout(
         # the batch
         _single("obs", B, dims.OBS),
         _single("next_obs", B, dims.OBS),
-        _single("actions", B, len(BRANCHES), "i32"),
+        _single("actions", B, len(BRANCHES)),
         _single("reward", B, 1),
         _single("done", B, 1),
-        _single("aux_label", B, 1, "i32"),
+        _single("aux_label", B, 1),
     ]
     for d in range(1, len(BRANCHES)):
         bufs += [_single(f"ctx_b{d}", B, dims.E[d]), _single(f"next_ctx_b{d}", B, dims.E[d])]
@@ -90,7 +91,7 @@ def build_layout(
     # losses
     bufs += [
         _single("td_target", B, len(BRANCHES)),
-        _single("td_argmax", B, len(BRANCHES), "i32"),
+        _single("td_argmax", B, len(BRANCHES)),
     ]
     for d in range(len(BRANCHES)):
         bufs += [_single(f"dq_main_b{d}", B, dims.A[d]), _single(f"dq_cql_b{d}", B, dims.A[d])]

@@ -8,13 +8,16 @@ neither imports the code that reads the files.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.config_view import HyperView
 from egf_audit.runtime.gemm_rules import GemmShape
+from egf_audit.runtime.hyper import Hyper
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, BufferLayout, Region, Trace
@@ -115,6 +118,18 @@ class Effect(NamedTuple):
     allocations: int
     bytes: int
     changed: tuple[tuple[int, int], ...]  # (address, bytes) runs, in address order
+    # where the runs' new bytes start in the process's values file (a deep capture with
+    # values); None: not recorded, so memory is unknown from this call on
+    values: int | None = None
+
+
+class Contents(NamedTuple):
+    """A new allocation's non-zero words as it was made, in a deep capture with values: with
+    every call's changes after it, they make the allocation's bytes known at any point."""
+
+    alloc: int  # the seq of the alloc record
+    changed: tuple[tuple[int, int], ...]  # (address, bytes) runs of non-zero words
+    values: int | None = None  # as Effect.values
 
 
 @dataclass(frozen=True)
@@ -156,6 +171,12 @@ class ProcessCapture:
     graph_launches: int = 0  # cuGraphLaunch / cudaGraphLaunch calls: replays it cannot follow
     deep: bool = False  # recorded with --deep: an Effect after every launch, memset and copy
     effects: dict[int, Effect] = field(default_factory=dict)  # by the call's seq
+    # recorded with values (init "values"): every effect's and every allocation's bytes
+    values: bool = False
+    contents: dict[int, Contents] = field(default_factory=dict)  # by the alloc record's seq
+    values_bytes: int = 0  # how long the values file must be for every event that names it
+    # the values file's bytes, read when first called (egf_audit.capture reads the file)
+    read_values: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     _regions: dict[tuple[int, str], dict[str, SnapshotRegion]] | None = field(
         default=None, repr=False
     )
@@ -319,6 +340,8 @@ class CaptureTrace:
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
     sp14: bool = True
+    # the hyper-parameters EGF010's oracle runs with: SPEC's (a capture has no config)
+    hyper: HyperView = field(default_factory=Hyper)
 
     def holding(self, pointer: int) -> list[Allocation]:
         """Every allocation that ever held `pointer`, in the order made (memoised: a trainer

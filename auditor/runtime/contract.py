@@ -29,6 +29,8 @@ TARGET = "target_params"
 DIR_CONCAT = "sp14_dir_qaux_concat_scratch"  # [B, SH2+1]: online and target forward both write it
 DIR_DX = "sp14_d_dir_qaux_concat"  # the dir branch's [B, SH2+1] dX, wire column at SH2
 PERSISTENT = ("params", TARGET, "adam_m", "adam_v", "sn_state", ISV)
+# the buffers that hold int32 (indices and labels); every other buffer holds float32
+INT32_BUFFERS = ("actions", "aux_label", "td_argmax")
 
 # ---- kernels with a role in the wiring ----
 CONCAT_KERNEL = "sp14_dir_concat_qaux"

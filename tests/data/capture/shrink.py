@@ -28,7 +28,7 @@ def shrink(src: Path, dst: Path) -> None:
             kept.append(line)
         with gzip.open(dst / f"{events.name}.gz", "wt") as f:
             f.write("\n".join(kept) + "\n")
-    for name in [*src.glob("snapshots-*.bin"), src / "layout.json"]:
+    for name in [*src.glob("snapshots-*.bin"), *src.glob("values-*.bin"), src / "layout.json"]:
         if name.exists():
             with open(name, "rb") as f, gzip.open(dst / f"{name.name}.gz", "wb") as g:
                 shutil.copyfileobj(f, g)
