@@ -31,7 +31,13 @@ import numpy as np
 from egf_audit.oracle import model
 from egf_audit.oracle.inputs import NETS
 from egf_audit.runtime.capture_memory import MemoryHistory, Request
-from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, Record, bindings_of
+from egf_audit.runtime.capture_model import (
+    CaptureLayout,
+    CaptureTrace,
+    Record,
+    SnapshotRegion,
+    bindings_of,
+)
 from egf_audit.runtime.config_view import ConfigDict, HyperView
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
@@ -240,10 +246,11 @@ def _layout(ct: CaptureTrace) -> dict[str, BufferLayout]:
     return layout
 
 
-def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str]]:
+def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str], int]:
     """A Trace holding, for each step that can be placed, its checkpoints (as launches, with
-    the Adam step count) and their snapshots rebuilt from the memory history; and the problems
-    of the steps that cannot be placed."""
+    the Adam step count) and their snapshots rebuilt from the memory history; the problems of
+    the steps that cannot be placed and of snapshot regions the history contradicts; and how
+    many regions the history was checked against."""
     wanted = oracle_buffers()
     trace = Trace(ct.trace.scenario, "capture", _layout(ct))
     problems: list[str] = []
@@ -256,12 +263,18 @@ def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str]]:
             problems.append(str(exc))
             continue
         placed.append(p)
-        for checkpoint, buffers in p.before.items():
-            for name, seq in buffers.items():
+        for checkpoint, reads in p.before.items():
+            for name, seq in reads.items():
                 b = ct.layout.buffers[name]
                 key = f"{step}|{checkpoint}|{name}"
                 requests.append(Request(key, seq, b.base, b.size * 4))
+    regions = [r for r in ct.process.snapshots if r.complete and r.rows <= 1 and r.values.size]
+    for i, r in enumerate(regions):
+        before = r.launch + 1 if r.when == "after" else r.launch
+        requests.append(Request(f"snapshot|{i}", before, r.ptr, r.values.size * 4))
     got = MemoryHistory(ct.process).read(requests)
+    checked, disagree = _snapshot_disagreements(regions, got)
+    problems += disagree
     for p in placed:
         for checkpoint in wanted:
             meta = {"adam_t": p.step + 1} if checkpoint in (STEP_START, BEFORE_POLYAK) else {}
@@ -274,7 +287,31 @@ def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str]]:
                 dtype = "<i4" if name in INT32_BUFFERS else "<f4"
                 buffers[name] = raw if isinstance(raw, Missing) else raw.view(dtype)
             trace.snapshots[(p.step, checkpoint)] = HistorySnapshot(buffers)
-    return trace, problems
+    return trace, problems, checked
+
+
+def _snapshot_disagreements(
+    regions: list[SnapshotRegion], got: dict[str, np.ndarray | Missing]
+) -> tuple[int, list[str]]:
+    """The recorder took its snapshot regions itself, around the ABI kernels: where the history
+    knows the same bytes, they must be the same (a values file edited on its own disagrees).
+    A region the history cannot vouch for is no disagreement: what the oracle reads of it fails
+    on its own."""
+    problems = []
+    checked = 0
+    for i, r in enumerate(regions):
+        known = got[f"snapshot|{i}"]
+        if isinstance(known, Missing):
+            continue
+        checked += 1
+        kept = np.ascontiguousarray(r.values, dtype="<f4").view(np.uint8)
+        if not np.array_equal(kept, known):
+            first = int(np.flatnonzero(kept != known)[0]) // 4
+            problems.append(
+                f"the values file disagrees with the recorder's {r.region} snapshot {r.when} "
+                f"launch {r.launch} (first at element {first}): the capture contradicts itself"
+            )
+    return checked, problems
 
 
 def unnamed_buffers(ct: CaptureTrace) -> list[str]:

@@ -121,7 +121,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 def agreement(
-    reports: list[OracleReport], problems: list[str], scenarios: int, **more: object
+    reports: list[OracleReport], problems: list[str], scenarios: int, **extra: object
 ) -> Verdict:
     """The verdict on the compared steps, the same for the rebuild and a capture: any problem,
     tensor out of tolerance or decision outside the near-tie band fails."""
@@ -134,7 +134,7 @@ def agreement(
     }
     if problems:
         evidence["problems"] = problems
-    evidence.update(more)
+    evidence.update(extra)
     bad_tensors = sorted(
         {f"{t.kind} {t.name}" for r in reports for t in r.failing_tensors},
     )
@@ -195,10 +195,16 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     steps = sorted({x.step for x in ct.trace.kernels(POLYAK_KERNEL)})
     if not steps:
         return failed("no training step reached its polyak_ema: no step to compare")
-    trace, problems = oracle_trace(ct, steps)
+    trace, problems, checked = oracle_trace(ct, steps)
     config = CaptureConfig(dims, ct.hyper)
     reports = [compare_step(trace, step, config) for step in trace.training_steps()]
-    return agreement(reports, problems, 1, adam_t="the step's place in the process, from 1")
+    return agreement(
+        reports,
+        problems,
+        1,
+        adam_t="the step's place in the process, from 1",
+        snapshot_regions_agreeing=checked,
+    )
 
 
 INVARIANT = Invariant(
@@ -255,7 +261,8 @@ INVARIANT = Invariant(
         "buffer at the checkpoints, where the layout file names the buffers the oracle reads "
         "and the dims; otherwise UNDECIDED, with the reason. There the checkpoints are placed "
         "by the ABI kernels and the first write of the optimizer, the hyper-parameters are "
-        "SPEC's and Adam's step count is the step's place in the process (docs/capture.md)."
+        "the step's defaults (gamma 0.99, Adam lr 1e-3, tau 0.005, ...) and Adam's step count "
+        "is the step's place in the process (docs/capture.md)."
     ),
     example=(
         "Pre-B.10, backward_branch_dw for d = 0 used (save_h_s2, K = SH2) against w_b0fc's "

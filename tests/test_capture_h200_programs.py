@@ -198,10 +198,13 @@ DEEP = DATA / "deep"
 
 
 def test_the_deep_stand_in_decides_twelve_invariants_and_passes():
+    """Recorded before the deep capture kept values: EGF010 is UNDECIDED, saying so."""
     audit = _audit(DEEP / "clean", True)
     assert audit.ok, audit.incomplete
     statuses = _statuses(DEEP / "clean", True)
     assert {k for k, v in statuses.items() if v != "pass"} == {"EGF010"}
+    status, summary = _verdict(DEEP / "clean", "EGF010")
+    assert status == "undecided" and summary.startswith("the deep capture kept no values")
     (proc,) = read_capture(DEEP / "clean")
     assert proc.deep
     observed = [r for r in proc.records if r.kind in ("kernel", "memset", "copy")]
@@ -222,11 +225,31 @@ def test_a_deep_capture_catches_what_only_the_rebuild_saw(name, code, words):
     assert status == "fail" and words in summary, summary
 
 
-def test_the_runtime_trainer_captured_deep():
+def test_the_runtime_trainer_captured_deep_passes_all_thirteen():
+    """Captured --deep with values: EGF010's oracle reads the trainer's own steps, rebuilt
+    from the memory history, and agrees."""
     statuses = _statuses(RUNTIME / "rt-deep-clean", True)
-    assert {k for k, v in statuses.items() if v != "pass"} == {"EGF010"}
+    assert set(statuses.values()) == {"pass"} and len(statuses) == 13
+    (proc,) = read_capture(RUNTIME / "rt-deep-clean")
+    assert proc.values and proc.contents
+    status, summary = _verdict(RUNTIME / "rt-deep-clean", "EGF010")
+    assert status == "pass"
+    assert summary.startswith("264 tensor comparisons") and "over 2 steps" in summary
+
+
+def test_the_runtime_trainer_s_dw_k_sh2_fails_the_oracle_from_its_capture():
     status, summary = _verdict(RUNTIME / "rt-deep-dw-k-sh2", "EGF002")
     assert status == "fail" and "leave 8 of 88 elements of dW w_b0fc unwritten" in summary
+    status, summary = _verdict(RUNTIME / "rt-deep-dw-k-sh2", "EGF010")
+    assert (
+        status == "fail" and summary == "1 tensor(s) disagree with the float64 model: grad w_b0fc"
+    )
+
+
+def test_the_oracle_needs_the_layout_file_s_names():
+    status, summary = _verdict(RUNTIME / "rt-deep-clean", "EGF010", use_layout=False)
+    assert status == "undecided"
+    assert summary.startswith("the layout does not name what the oracle reads"), summary
 
 
 def test_llmc_captured_deep_keeps_every_change_in_what_its_calls_may_write():
