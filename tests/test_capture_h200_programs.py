@@ -175,21 +175,39 @@ def test_llmc_one_token_in_matmul_backward_is_caught_by_the_generic_egf001():
     assert _verdict(LLMC / "llmc-planted", "EGF001", use_layout=False)[0] == "pass"
 
 
-def test_the_cublaslt_trainer_without_its_scalars_fails_egf007_closed():
-    """cuBLASLt's API log names the descriptors and A, B, C, D, never alpha or beta (the
-    recorder notes the line it got): beta is unknown, so the in-place dX GEMM into d_h_s2
-    cannot be shown to accumulate and EGF007 fails rather than trust it; every other invariant
-    gets the clean trainer's verdict."""
-    gemms = [r for r in _process(RUNTIME / "rt-gemm-lt").records if r.kind == "gemm"]
-    assert gemms and all(r.args["beta"] is None for r in gemms)
+@pytest.mark.parametrize(("name", "mode"), [("rt-gemm-lt", 0), ("rt-gemm-lt-device", 1)])
+def test_the_cublaslt_trainer_s_scalars_are_read_and_it_passes(name, mode):
+    """cuBLASLt's API log never prints alpha and beta: the recorder, preloaded, reads them in
+    its own cublasLtMatmul before the call (device memory in device pointer mode), so the
+    in-place dX GEMM into d_h_s2 is seen to accumulate and the trainer gets the clean verdicts."""
+    gemms = [r for r in _process(RUNTIME / name).records if r.kind == "gemm"]
+    assert len(gemms) == 213 and {r.args["pointer_mode"] for r in gemms} == {mode}
+    assert {(r.args["alpha"], r.args["beta"]) for r in gemms} == {(1.0, 0.0), (1.0, 1.0)}
     for use_layout in (True, False):
-        statuses = _statuses(RUNTIME / "rt-gemm-lt", use_layout)
-        clean = _statuses(DATA / "clean", use_layout)
-        assert statuses["EGF007"] == "fail"
-        assert {k: v for k, v in statuses.items() if k != "EGF007"} == {
-            k: v for k, v in clean.items() if k != "EGF007"
-        }
-    summary = _verdict(RUNTIME / "rt-gemm-lt", "EGF007")[1]
+        assert _statuses(RUNTIME / name, use_layout) == _statuses(DATA / "clean", use_layout)
+
+
+def test_a_cublaslt_call_without_its_scalars_fails_egf007_closed(tmp_path):
+    """Where alpha and beta could not be read (a cuBLASLt the recorder was not preloaded in
+    front of), beta is unknown: the in-place dX GEMM into d_h_s2 cannot be shown to accumulate,
+    and EGF007 fails rather than trust it."""
+    out = tmp_path / "rt-gemm-lt"
+    out.mkdir()
+    for f in (RUNTIME / "rt-gemm-lt").iterdir():
+        if f.name.startswith("events-"):
+            lines = [json.loads(x) for x in gzip.decompress(f.read_bytes()).splitlines()]
+            for e in lines:
+                if e["ev"] == "ltmatmul":
+                    e.pop("alpha_bits", None)
+                    e.pop("beta_bits", None)
+            text = "".join(json.dumps(e) + "\n" for e in lines)
+            (out / f.name.removesuffix(".gz")).write_text(text)
+        else:
+            (out / f.name).write_bytes(f.read_bytes())
+    gemms = [r for r in _process(out).records if r.kind == "gemm"]
+    assert gemms and all(r.args["beta"] is None for r in gemms)
+    status, summary = _verdict(out, "EGF007")
+    assert status == "fail"
     assert "cublasLtMatmul@cql" in summary and "overwrites d_h_s2 after its zeroing" in summary
 
 

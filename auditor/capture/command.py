@@ -109,6 +109,12 @@ def _environment(
         if deep_values_max is not None:
             env["EGF_CAPTURE_DEEP_VALUES_MAX"] = str(deep_values_max)
     env["CUDA_INJECTION64_PATH"] = str(lib)
+    # preloaded too, so that its cublasLtMatmul stands in front of cuBLASLt's and keeps the
+    # call's alpha and beta pointers for the log line (cuBLASLt's log never prints them); the
+    # driver's injection then finds the library already loaded, one instance
+    preload = env.get("LD_PRELOAD", "")
+    if str(lib) not in preload.replace(":", " ").split():
+        env["LD_PRELOAD"] = f"{lib} {preload}".strip()
     env["EGF_CAPTURE_DIR"] = str(into)
     env["EGF_CAPTURE_SNAPSHOT"] = ",".join(snapshot)
     if values_max is not None:

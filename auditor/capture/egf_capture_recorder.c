@@ -443,24 +443,16 @@ static int scale_bytes(long long type) {
     }
 }
 
-// alpha and beta of a cublasLtMatmul, from the addresses its API log names: read now from host
-// memory in host pointer mode (the call is in progress; the caller's scalars are alive), from
-// device memory after the context's earlier work in device mode (not under graph capture).
-// An address below one page is not one (the log printed a value, not a pointer): not read.
-static void lt_scalars(const char *msg, long long scale_type, long long mode) {
-    int bytes = scale_bytes(scale_type);
-    size_t n = bytes < 8 ? (size_t)bytes : 8;
-    unsigned long long pa = lt_field(msg, "alpha"), pb = lt_field(msg, "beta"), a = 0, b = 0;
-    if (!n || pa < 4096 || pb < 4096) return;
-    if (mode == 0) {
-        memcpy(&a, (const void *)(uintptr_t)pa, n);
-        memcpy(&b, (const void *)(uintptr_t)pb, n);
-    } else {
-        CUstream stream = (CUstream)(uintptr_t)lt_field(msg, "stream");
-        if (mode != 1 || !device_read(&a, pa, n, stream) || !device_read(&b, pb, n, stream))
-            return;
-    }
-    fprintf(g.events, ",\"alpha_bits\":%llu,\"beta_bits\":%llu", a, b);
+// alpha and beta of a cublasLtMatmul: cuBLASLt's log never prints them, so the preloaded
+// cublasLtMatmul below reads them before the call starts (host memory in host pointer mode,
+// device memory after the context's earlier work in device mode, never under graph capture)
+// and keeps their bits for the call's log line, written while the call is in progress.
+static __thread int tl_lt_depth, tl_lt_have;
+static __thread unsigned long long tl_lt_bits[2];
+
+static void lt_scalars(void) {
+    if (tl_lt_have)
+        fprintf(g.events, ",\"alpha_bits\":%llu,\"beta_bits\":%llu", tl_lt_bits[0], tl_lt_bits[1]);
 }
 
 static void on_cublaslt_log(int level, const char *function, const char *msg) {
@@ -488,8 +480,67 @@ static void on_cublaslt_log(int level, const char *function, const char *msg) {
         fprintf(g.events, "%s%lld", attr ? "," : "", attrs[attr]);
     }
     fputc(']', g.events);
-    lt_scalars(msg, attrs[1], attrs[2]);
+    lt_scalars();
     end_event();
+}
+
+// cublasLtMatmul itself, where egf-audit capture preloads the recorder (LD_PRELOAD): it reads
+// the call's alpha and beta (lt_scalars) and calls the real function, the next definition in
+// the lookup order or, for a cuBLASLt loaded into a local scope (a Python extension's), the one
+// in the loaded library. The same arguments go through and its status comes back.
+typedef int (*LtMatmulFn)(void *, void *, const void *, const void *, void *, const void *,
+                          void *, const void *, const void *, void *, void *, void *,
+                          const void *, void *, size_t, void *);
+static void *lt_symbol(const char *name) {
+    void *found = dlsym(RTLD_NEXT, name);
+    static const char *libs[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+    for (size_t i = 0; !found && i < sizeof libs / sizeof *libs; ++i) {
+        void *h = dlopen(libs[i], RTLD_NOW | RTLD_NOLOAD);
+        if (h) found = dlsym(h, name);
+    }
+    return found;
+}
+
+// The scalars' bits, read before the call: 1 when both were read.
+static int lt_read_scalars(void *desc, const void *alpha, const void *beta, void *stream) {
+    static LtGetAttrFn get;
+    if (!get) get = g_lt_desc_get ? g_lt_desc_get : (LtGetAttrFn)lt_symbol("cublasLtMatmulDescGetAttribute");
+    long long type = lt_attr(get, (unsigned long long)(uintptr_t)desc, 1, 4);
+    long long mode = lt_attr(get, (unsigned long long)(uintptr_t)desc, 2, 4);
+    int bytes = scale_bytes(type);
+    size_t n = bytes < 8 ? (size_t)bytes : 8;
+    tl_lt_bits[0] = tl_lt_bits[1] = 0;
+    if (!n || !alpha || !beta) return 0;
+    if (mode == 0) {
+        memcpy(&tl_lt_bits[0], alpha, n);
+        memcpy(&tl_lt_bits[1], beta, n);
+        return 1;
+    }
+    if (mode != 1) return 0;  // per-row scale vectors: not one alpha and beta
+    tl_inside = 1;  // our own driver calls are no events of the trainer
+    int ok = device_read(&tl_lt_bits[0], (unsigned long long)(uintptr_t)alpha, n, (CUstream)stream) &&
+             device_read(&tl_lt_bits[1], (unsigned long long)(uintptr_t)beta, n, (CUstream)stream);
+    tl_inside = 0;
+    return ok;
+}
+
+__attribute__((visibility("default"))) int cublasLtMatmul(
+    void *handle, void *desc, const void *alpha, const void *A, void *adesc, const void *B,
+    void *bdesc, const void *beta, const void *C, void *cdesc, void *D, void *ddesc,
+    const void *algo, void *workspace, size_t workspace_bytes, void *stream) {
+    static LtMatmulFn real;
+    if (!real) real = (LtMatmulFn)lt_symbol("cublasLtMatmul");
+    if (!real || real == (LtMatmulFn)cublasLtMatmul) return 14;  // CUBLAS_STATUS_INTERNAL_ERROR
+    int outer_have = tl_lt_have;
+    unsigned long long outer[2] = {tl_lt_bits[0], tl_lt_bits[1]};
+    if (tl_lt_depth++ == 0) tl_lt_have = lt_read_scalars(desc, alpha, beta, stream);
+    int rc = real(handle, desc, alpha, A, adesc, B, bdesc, beta, C, cdesc, D, ddesc, algo,
+                  workspace, workspace_bytes, stream);
+    --tl_lt_depth;
+    tl_lt_have = outer_have;
+    tl_lt_bits[0] = outer[0];
+    tl_lt_bits[1] = outer[1];
+    return rc;
 }
 
 static void try_hook_cublas(void) {

@@ -67,6 +67,7 @@ capture rt-clean-mangled "$work/trainer-cxx" $(plan clean)
 capture rt-clean-shared-cudart "$work/trainer-shared" $(plan clean)
 capture rt-gemm-ex "$work/trainer-c" $(plan clean) --gemm ex
 capture rt-gemm-lt "$work/trainer-c" $(plan clean) --gemm lt
+capture rt-gemm-lt-device "$work/trainer-c" $(plan clean) --gemm lt --device-scalars
 for fault in "${faults[@]}"; do
   capture "rt-$fault" "$work/trainer-c" $(plan "$fault")
 done
