@@ -5,12 +5,15 @@ Where each checkpoint of a step falls in the captured process (a step runs from 
 after the previous `polyak_ema` through its own; "before record N" means every change of the
 calls before N applied, none of N's):
 
-- `step_start`: each buffer as the step first reads it: before the step's first kernel launch or
-  GEMM, from its first GEMM on, that is handed a pointer into the buffer (the batch may be
-  uploaded after the forward began); a buffer no launch is handed, before the first GEMM.
-- `after_forward` and `after_losses`: before the step's first `sp14_scale_wire_col` (or, in a
-  step without one, its first `accumulate_d_h_s2_from_concat`): the forward, the losses and the
-  gate producer have run, and ISV[393] is what the backward reads.
+- `step_start`: the state (params, target, Adam m/v, sn vectors) before the step's first kernel
+  launch or GEMM, from its first GEMM on, handed a pointer into it (struct parameters
+  included); each batch buffer before the first such launch that does not also change it (a
+  launch that does gathers the batch into it; one uploaded after the forward began is read
+  as the step read it); a buffer no launch is handed, before the first GEMM.
+- `after_forward` and `after_losses`: before the first call site's rebuild of the concat (the
+  last `sp14_dir_concat_qaux` before the step's first `sp14_scale_wire_col` or
+  `accumulate_d_h_s2_from_concat`): the forward, the losses and the gate producer have run and
+  the backward has not; ISV[393] before the first scale, as the backward reads it.
 - `after_backward`: before the first call after the step's last accumulate that was seen to
   change `params`, `adam_m` or `adam_v` (the optimizer's first write; a launch cuBLAS made
   inside a GEMM counts as that GEMM).
@@ -32,6 +35,7 @@ from egf_audit.oracle import model
 from egf_audit.oracle.inputs import NETS
 from egf_audit.runtime.capture_memory import MemoryHistory, Request
 from egf_audit.runtime.capture_model import (
+    Buffer,
     CaptureLayout,
     CaptureTrace,
     Record,
@@ -46,7 +50,9 @@ from egf_audit.runtime.contract import (
     AFTER_LOSSES,
     BEFORE_POLYAK,
     BRANCHES,
+    CONCAT_KERNEL,
     INT32_BUFFERS,
+    ISV,
     POLYAK_KERNEL,
     SCALE_KERNEL,
     STEP_END,
@@ -57,6 +63,8 @@ from egf_audit.runtime.trace import BufferLayout, Launch, Missing, Trace
 # the layout dims the oracle's shapes come from
 DIM_NAMES = ("B", "OBS", "SH1", "SH2", "AUXK", "ADV", "VALH", "A", "E", "N_ISV")
 UPDATED = ("params", "adam_m", "adam_v")  # the optimizer's first write to one ends the backward
+# what the step updates in place: read at its start before the first launch handed it
+STATE = ("params", "target_params", "adam_m", "adam_v", "sn_state")
 
 
 def oracle_buffers() -> dict[str, tuple[str, ...]]:
@@ -68,9 +76,8 @@ def oracle_buffers() -> dict[str, tuple[str, ...]]:
         forward += [*(f"{prefix}_{layer}" for layer in model.RELU_LAYERS), softmax]
     forward += [f"tgt_q_b{b}" for b in range(len(BRANCHES))]
     batch += ["actions", "aux_label", "reward", "done"]
-    state = ["params", "target_params", "adam_m", "adam_v", "sn_state"]
     return {
-        STEP_START: (*batch, *state),
+        STEP_START: (*batch, *STATE),
         AFTER_FORWARD: tuple(forward),
         AFTER_LOSSES: ("isv_signals", "td_argmax"),
         AFTER_BACKWARD: ("grad_buf",),
@@ -167,8 +174,27 @@ class Placed:
     before: dict[str, dict[str, int]]  # checkpoint -> buffer -> record seq
 
 
-def _bound_buffers(outer: CaptureLayout, r: Record) -> set[str]:
-    return {b.region.buffer for b in bindings_of(outer, r) if b.region is not None}
+def _handed(outer: CaptureLayout, r: Record) -> set[str]:
+    """The buffers a launch was handed a pointer into: its bound operands, and for a kernel
+    egf-audit does not know every pointer among its parameters, struct ones included."""
+    names = {b.region.buffer for b in bindings_of(outer, r) if b.region is not None}
+    for pointer in r.pointers:
+        found = outer.resolve(pointer)
+        if found is not None:
+            names.add(found[0].name)
+    return names
+
+
+def _changes(ct: CaptureTrace, r: Record, inside: dict[int, list[Record]]) -> list[tuple[int, int]]:
+    """The runs a call was seen to change: a kernel's own effect; a GEMM's, the effects of the
+    launches cuBLAS made inside it."""
+    calls = inside.get(r.seq, []) if r.kind in ("sgemm", "gemm") else [r]
+    return [run for c in calls if (e := ct.process.effects.get(c.seq)) for run in e.changed]
+
+
+def _touches(runs: list[tuple[int, int]], b: Buffer) -> bool:
+    end = b.base + b.size * 4
+    return any(address < end and b.base < address + size for address, size in runs)
 
 
 def _call_seq(r: Record) -> int:
@@ -198,18 +224,24 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
     last_accumulate = max(
         (i for i in backward if records[i].name == ACCUMULATE_KERNEL), default=backward[-1]
     )
+    # the first call site's rebuild of the concat: the forward and the losses are done there
+    rebuild = max(
+        (i for i in range(backward[0]) if records[i].name == CONCAT_KERNEL), default=scale
+    )
     outer = ct.layout.outermost()
+    inside: dict[int, list[Record]] = {}
+    for r in records:
+        if r.within is not None and r.within >= 0:
+            inside.setdefault(r.within, []).append(r)
     updated = [outer.buffers[name] for name in UPDATED if name in outer.buffers]
-    optimizer = None
-    for r in records[last_accumulate + 1 :]:
-        effect = ct.process.effects.get(r.seq)
-        if effect is not None and any(
-            b.contains(address) or (address <= b.base < address + size)
-            for address, size in effect.changed
-            for b in updated
-        ):
-            optimizer = _call_seq(r)
-            break
+    optimizer = next(
+        (
+            _call_seq(r)
+            for r in records[last_accumulate + 1 :]
+            if any(_touches(_changes(ct, r, inside), b) for b in updated)
+        ),
+        None,
+    )
     if optimizer is None:
         raise Missing(
             f"no call of step {step} after its last accumulate was seen to change "
@@ -217,22 +249,29 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
         )
     first_read: dict[str, int] = {}
     for r in records[first_gemm:]:
-        if r.kind in ("kernel", "sgemm", "gemm") and r.within is None:
-            for name in _bound_buffers(outer, r):
-                first_read.setdefault(name, r.seq)
+        if r.kind not in ("kernel", "sgemm", "gemm") or r.within is not None:
+            continue
+        for name in _handed(outer, r) - set(first_read):
+            # state is read before the step changes it in place; a batch buffer is read by the
+            # first launch that does not write it (one that does gathers the batch into it)
+            if name in STATE or not _touches(_changes(ct, r, inside), outer.buffers[name]):
+                first_read[name] = r.seq
     start = records[first_gemm].seq
-    at = {
-        AFTER_FORWARD: records[scale].seq,
-        AFTER_LOSSES: records[scale].seq,
-        AFTER_BACKWARD: optimizer,
-        BEFORE_POLYAK: polyak[-1].seq,
-        STEP_END: polyak[-1].seq + 1,
-    }
+
+    def at(checkpoint: str, name: str) -> int:
+        if checkpoint == STEP_START:
+            return first_read.get(name, start)
+        if checkpoint == AFTER_FORWARD or (checkpoint == AFTER_LOSSES and name != ISV):
+            return records[rebuild].seq
+        return {
+            AFTER_LOSSES: records[scale].seq,  # ISV[393] as the backward's scale reads it
+            AFTER_BACKWARD: optimizer,
+            BEFORE_POLYAK: polyak[-1].seq,
+            STEP_END: polyak[-1].seq + 1,
+        }[checkpoint]
+
     before = {
-        checkpoint: {
-            name: first_read.get(name, start) if checkpoint == STEP_START else at[checkpoint]
-            for name in names
-        }
+        checkpoint: {name: at(checkpoint, name) for name in names}
         for checkpoint, names in wanted.items()
     }
     return Placed(step, before)

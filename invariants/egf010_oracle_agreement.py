@@ -14,7 +14,7 @@ from egf_audit.invariants.capture_oracle import (
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, TensorCheck, compare_step
-from egf_audit.runtime.contract import POLYAK_KERNEL
+from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 # produces, so neither is a step of the trainer's math.
 ORACLE_REPLAYS = ("/alpha=0.37", "/alpha=1")
 MAX_LISTED = 6  # failing tensors / layers named in the summary
+# a captured step that launched one of these has begun its backward: it must reach its Polyak
+BACKWARD_KERNELS = (SCALE_KERNEL, ACCUMULATE_KERNEL)
 
 
 class TensorFacts(TypedDict):
@@ -196,6 +198,13 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     if not steps:
         return failed("no training step reached its polyak_ema: no step to compare")
     trace, problems, checked = oracle_trace(ct, steps)
+    unfinished = [x for x in ct.trace.launches if x.step > steps[-1] and x.name in BACKWARD_KERNELS]
+    if unfinished:
+        problems.append(
+            f"step {steps[-1] + 1} ran its backward ({len(unfinished)} launches of "
+            f"{' or '.join(BACKWARD_KERNELS)}) and reached no {POLYAK_KERNEL}: it cannot be "
+            "compared, and a capture that ends in it is not judged by its earlier steps alone"
+        )
     config = CaptureConfig(dims, ct.hyper)
     reports = [compare_step(trace, step, config) for step in trace.training_steps()]
     return agreement(

@@ -278,3 +278,38 @@ def test_a_snapshot_that_contradicts_the_values_file_fails(tmp_path):
     v = _egf010(out)
     assert v.status == FAIL
     assert any("contradicts itself" in p for p in v.evidence["problems"]), v.evidence
+
+
+def test_a_capture_that_ends_inside_a_step_fails(tmp_path):
+    """The last step ran its backward and no polyak_ema (its Polyak dropped, with its effect and
+    snapshots): it cannot be compared, so a lie in its gradients cannot pass unseen."""
+
+    def cut(events: list[dict]) -> list[dict]:
+        polyak = [e["seq"] for e in events if e["ev"] == "kernel" and "polyak_ema" in e["name"]]
+        last = polyak[-1]
+        return [e for e in events if e["seq"] != last and e.get("launch") != last]
+
+    v = _egf010(_edited(tmp_path, events=cut))
+    assert v.status == FAIL
+    assert any("reached no polyak_ema" in p for p in v.evidence["problems"]), v.evidence
+
+
+def test_a_new_allocation_packed_against_a_live_one_leaves_it_known():
+    """A allocated at X with 128 bytes after B was allocated at X + 128 and written: the
+    recorder compares A only up to B, so A's contents and its free say nothing about B."""
+    x = 1 << 20
+    seven = np.full(1, 7.0, "<f4").tobytes()
+    proc = _process(
+        [
+            _alloc(0, x + 128, 256),
+            _kernel(2),
+            _alloc(4, x, 128),
+            Record(6, "free", "free", "cuMemFree", {"dst": x, "src": 0, "bytes": 0, "value": 0}),
+        ],
+        [Effect(2, 1, 256, ((x + 128, 4),), 0)],
+        [Contents(0, (), 0), Contents(4, (), 4)],
+        seven,
+    )
+    got = MemoryHistory(proc).read([Request("b", 5, x + 128, 4), Request("b-after", 7, x + 128, 4)])
+    assert np.frombuffer(got["b"], "<f4").tolist() == [7.0]
+    assert np.frombuffer(got["b-after"], "<f4").tolist() == [7.0]

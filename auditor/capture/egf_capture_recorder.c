@@ -92,10 +92,11 @@ static __thread int tl_rt_launch;   // that runtime call is a launch, recorded w
 static __thread const char *tl_rt_name;  // that runtime call's name (a launch made inside it says)
 
 /* ---- output ---- */
-// values-<pid>.bin, opened anew (a forked child closes its copy of its parent's file)
+// values-<pid>.bin, opened anew. A forked child leaves its copy of the parent's stream alone,
+// as it does the events' (closing it would write what it buffered into the parent's file;
+// before_fork empties it, and the child never writes to it).
 static void open_values_locked(pid_t pid) {
     char path[4200];
-    if (g.values) fclose(g.values);
     snprintf(path, sizeof path, "%s/values-%d.bin", g.dir, (int)pid);
     g.values = fopen(path, "wb");
     g.values_bytes = 0;
@@ -176,6 +177,7 @@ static void flush_all(void) {
     pthread_mutex_lock(&g.lock);
     if (g.events && g.pid == getpid()) fflush(g.events);
     if (g.snapshots && g.pid == getpid()) fflush(g.snapshots);
+    if (g.values && g.pid == getpid()) fflush(g.values);
     pthread_mutex_unlock(&g.lock);
 }
 
@@ -192,6 +194,7 @@ static void on_exit_event(void) {
     }
     if (g.events && g.pid == pid) fflush(g.events);
     if (g.snapshots && g.pid == pid) fflush(g.snapshots);
+    if (g.values && g.pid == pid) fflush(g.values);
     pthread_mutex_unlock(&g.lock);
 }
 
@@ -201,6 +204,7 @@ static void before_fork(void) {
     pthread_mutex_lock(&g.lock);
     if (g.events && g.pid == getpid()) fflush(g.events);
     if (g.snapshots && g.pid == getpid()) fflush(g.snapshots);
+    if (g.values && g.pid == getpid()) fflush(g.values);
 }
 
 static void after_fork(void) { pthread_mutex_unlock(&g.lock); }
@@ -491,13 +495,19 @@ static void on_cublaslt_log(int level, const char *function, const char *msg) {
 typedef int (*LtMatmulFn)(void *, void *, const void *, const void *, void *, const void *,
                           void *, const void *, const void *, void *, void *, void *,
                           const void *, void *, size_t, void *);
+// A loaded cuBLASLt, whatever its soname (a wheel's, a renamed bundled copy): its handle.
+static int find_loaded_lt(struct dl_phdr_info *info, size_t size, void *handle) {
+    (void)size;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, "libcublasLt")) return 0;
+    void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+    if (h) *(void **)handle = h;
+    return h != NULL;
+}
+
 static void *lt_symbol(const char *name) {
     void *found = dlsym(RTLD_NEXT, name);
-    static const char *libs[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
-    for (size_t i = 0; !found && i < sizeof libs / sizeof *libs; ++i) {
-        void *h = dlopen(libs[i], RTLD_NOW | RTLD_NOLOAD);
-        if (h) found = dlsym(h, name);
-    }
+    void *h = NULL;
+    if (!found && dl_iterate_phdr(find_loaded_lt, &h) && h) found = dlsym(h, name);
     return found;
 }
 
@@ -517,10 +527,11 @@ static int lt_read_scalars(void *desc, const void *alpha, const void *beta, void
         return 1;
     }
     if (mode != 1) return 0;  // per-row scale vectors: not one alpha and beta
+    int was_inside = tl_inside;
     tl_inside = 1;  // our own driver calls are no events of the trainer
     int ok = device_read(&tl_lt_bits[0], (unsigned long long)(uintptr_t)alpha, n, (CUstream)stream) &&
              device_read(&tl_lt_bits[1], (unsigned long long)(uintptr_t)beta, n, (CUstream)stream);
-    tl_inside = 0;
+    tl_inside = was_inside;
     return ok;
 }
 
@@ -1261,6 +1272,10 @@ static int deep_values(size_t runs, size_t *total) {
 // Whether `bytes` more values may be written; past EGF_CAPTURE_DEEP_VALUES_MAX the values
 // stop (said once): every later event lacks "values", which the reader takes as unknown memory.
 static int values_fit(size_t bytes) {
+    if (deep.values_stopped == 2) {  // write_values failed (under the lock): said here
+        deep.values_stopped = 1;
+        note("deep values stopped: writing the values file failed; later effects carry no values");
+    }
     if (!g.values_on || deep.values_stopped) return 0;
     if (g.values_bytes + bytes <= g.deep_values_max) return 1;
     deep.values_stopped = 1;
@@ -1276,8 +1291,11 @@ static int values_fit(size_t bytes) {
 // Within an event (g.lock held): `"values":offset` and the bytes at that offset of the
 // values file; nothing where the file cannot take them.
 static void write_values(size_t bytes) {
-    if (!g.values) return;
-    if (bytes && fwrite(deep.vals, 1, bytes, g.values) != bytes) return;
+    if (!g.values || deep.values_stopped) return;
+    if (bytes && fwrite(deep.vals, 1, bytes, g.values) != bytes) {
+        deep.values_stopped = 2;  // the file now holds a partial write: no later offset is true
+        return;
+    }
     fprintf(g.events, ",\"values\":%llu", g.values_bytes);
     g.values_bytes += bytes;
 }
@@ -1331,7 +1349,7 @@ static void deep_track(unsigned long long seq, unsigned long long base, long lon
         pthread_mutex_unlock(&deep.lock);  // deep_grow said why
         return;
     }
-    DeepEntry one = {base, shadow, words, 1};  // its bits from word 1 of scratch; word 0 counts
+    DeepEntry one = {base, shadow, words, 0};  // its bits from word 1 of scratch; word 0 counts
     unsigned int found = 0;
     rc = g.ctx_sync();
     if (rc == CUDA_SUCCESS) rc = deep.memset32(shadow, 0, (size_t)(scanned / 4));
@@ -1351,7 +1369,7 @@ static void deep_track(unsigned long long seq, unsigned long long base, long lon
     }
     size_t runs = 0, total = 0;
     if (found && !(deep_bitmap_runs(base, deep.scratch + 4, bit_words, &runs) &&
-                   deep_values(runs, &total))) {
+                   (deep.values_stopped || deep_values(runs, &total)))) {
         deep_fail("reading a new allocation's contents", 0);
         pthread_mutex_unlock(&deep.lock);
         return;
@@ -1418,7 +1436,7 @@ static void deep_effect(unsigned long long launch) {
         offset += words;
     }
     size_t changed = 0;
-    if (g.values_on && !deep_values(runs, &changed)) {
+    if (g.values_on && !deep.values_stopped && !deep_values(runs, &changed)) {
         deep_fail("reading changed values back", 0);
         pthread_mutex_unlock(&deep.lock);
         return;

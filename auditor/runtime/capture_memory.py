@@ -71,19 +71,25 @@ class MemoryHistory:
         proc = self.process
         if not (proc.deep and proc.values and proc.read_values is not None):
             return
-        extent: dict[int, tuple[int, int]] = {}  # address -> the live allocation made there
+        live: dict[int, int] = {}  # address -> bytes of the live allocation made there
         for r in proc.records:
-            if r.kind == "alloc" and r.args:
+            if r.kind == "alloc" and r.args and r.args["bytes"] > 0:
                 address, size = r.args["dst"], r.args["bytes"]
+                # as the recorder compares it: up to its 256-byte-rounded end, never into the
+                # next live allocation (a pool may pack them closer)
                 end = address + -(-size // 256) * 256
-                extent[address] = (address, end)
+                end = min([end, *(b for b in live if address < b < end)])
+                live[address] = size
                 made = proc.contents.get(r.seq)
                 if made is not None:
                     self._changes.append(
                         _Change(r.seq, "contents", made.changed, made.values, (address, end))
                     )
-            elif r.kind == "free" and r.args and r.args["dst"] in extent:
-                self._changes.append(_Change(r.seq, "free", extent=extent.pop(r.args["dst"])))
+            elif r.kind == "free" and r.args and r.args["dst"] in live:
+                address = r.args["dst"]
+                # its own bytes: the slack after it may hold an allocation packed against it
+                extent = (address, address + live.pop(address))
+                self._changes.append(_Change(r.seq, "free", extent=extent))
         for e in proc.effects.values():
             self._changes.append(_Change(e.launch, "effect", e.changed, e.values))
         self._changes.sort(key=lambda c: c.at)
