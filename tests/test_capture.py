@@ -245,6 +245,37 @@ def test_capture_without_a_command_is_a_usage_error(tmp_path):
     assert _invoke("capture", "--out", str(tmp_path)).exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--deep-values-max", "1000"], "give --deep with it"),
+        (["--deep", "--deep-values-max", "-1"], "a byte count, 0 or more"),
+    ],
+)
+def test_a_values_bound_without_deep_or_below_zero_is_refused(tmp_path, flags, words):
+    out = tmp_path / "c"
+    result = _invoke("capture", *flags, "--out", str(out), "--", sys.executable, "-c", "pass")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("egf-audit: error:")]
+    assert len(lines) == 1 and words in lines[0], result.output
+    assert not out.exists()
+
+
+def test_the_values_bound_reaches_the_recorder_only_as_asked(tmp_path, monkeypatch):
+    """--deep and its bound are the command's alone: an inherited setting never applies, and
+    the recorder is preloaded in front of the trainer's own preload."""
+    from egf_audit.capture.command import _environment
+
+    monkeypatch.setenv("EGF_CAPTURE_DEEP_VALUES_MAX", "7")
+    monkeypatch.setenv("LD_PRELOAD", "libmine.so")
+    lib = tmp_path / "rec.so"
+    env = _environment(lib, tmp_path, (), None, False)
+    assert "EGF_CAPTURE_DEEP_VALUES_MAX" not in env and "EGF_CAPTURE_DEEP" not in env
+    assert env["LD_PRELOAD"] == f"{lib} libmine.so"
+    env = _environment(lib, tmp_path, (), None, True, 0)
+    assert env["EGF_CAPTURE_DEEP"] == "1" and env["EGF_CAPTURE_DEEP_VALUES_MAX"] == "0"
+
+
 def test_capture_of_a_process_without_cuda_ends_in_one_environment_line(tmp_path, monkeypatch):
     monkeypatch.setenv("EGF_AUDIT_CACHE", str(tmp_path / "cache"))
     result = _invoke("capture", "--out", str(tmp_path / "c"), "--", sys.executable, "-c", "pass")
