@@ -25,14 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from egf_audit.runtime.capture_model import OBSERVED_KINDS
 from egf_audit.runtime.capture_spans import Spans, Unbounded, declared, whole
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from egf_audit.runtime.capture_model import Allocation, CaptureTrace, Effect, Record
-
-OBSERVED_KINDS = ("kernel", "memset", "copy")  # what the recorder writes an effect after
 
 
 @dataclass(frozen=True)
@@ -96,10 +95,7 @@ def observations(ct: CaptureTrace) -> tuple[list[Observed], list[str]]:
     cuBLAS made inside a GEMM call no record holds."""
     proc = ct.process
     by_seq = {r.seq: r for r in ct.records}
-    inside: dict[int, list[Record]] = {}
-    for r in ct.records:
-        if r.within is not None and r.within >= 0:
-            inside.setdefault(r.within, []).append(r)
+    inside = ct.made_inside()
     calls = [r for r in ct.records if r.kind in OBSERVED_KINDS and not r.args.get("captured")]
     live = _live_totals(ct.allocations, [r.seq for r in calls])
     out: list[Observed] = []

@@ -35,6 +35,7 @@ from egf_audit.oracle import model
 from egf_audit.oracle.inputs import NETS
 from egf_audit.runtime.capture_memory import MemoryHistory, Request
 from egf_audit.runtime.capture_model import (
+    GEMM_KINDS,
     Buffer,
     CaptureLayout,
     CaptureTrace,
@@ -42,6 +43,7 @@ from egf_audit.runtime.capture_model import (
     SnapshotRegion,
     bindings_of,
 )
+from egf_audit.runtime.capture_spans import Spans
 from egf_audit.runtime.config_view import ConfigDict, HyperView
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
@@ -58,6 +60,7 @@ from egf_audit.runtime.contract import (
     STEP_END,
     STEP_START,
 )
+from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.trace import BufferLayout, Launch, Missing, Trace
 
 # the layout dims the oracle's shapes come from
@@ -185,16 +188,17 @@ def _handed(outer: CaptureLayout, r: Record) -> set[str]:
     return names
 
 
-def _changes(ct: CaptureTrace, r: Record, inside: dict[int, list[Record]]) -> list[tuple[int, int]]:
-    """The runs a call was seen to change: a kernel's own effect; a GEMM's, the effects of the
+def _changes(ct: CaptureTrace, r: Record) -> Spans:
+    """What a call was seen to change: a kernel's own effect; a GEMM's, the effects of the
     launches cuBLAS made inside it."""
-    calls = inside.get(r.seq, []) if r.kind in ("sgemm", "gemm") else [r]
-    return [run for c in calls if (e := ct.process.effects.get(c.seq)) for run in e.changed]
+    calls = ct.made_inside().get(r.seq, []) if r.kind in GEMM_KINDS else [r]
+    return Spans.runs(
+        run for c in calls if (e := ct.process.effects.get(c.seq)) for run in e.changed
+    )
 
 
-def _touches(runs: list[tuple[int, int]], b: Buffer) -> bool:
-    end = b.base + b.size * 4
-    return any(address < end and b.base < address + size for address, size in runs)
+def _touches(changed: Spans, b: Buffer) -> bool:
+    return bool(changed.intersect(Spans.of([(b.base, b.base + b.size * ELEMENT_BYTES)])))
 
 
 def _call_seq(r: Record) -> int:
@@ -210,7 +214,7 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
     polyak = [r for r in records if r.kind == "kernel" and r.name == POLYAK_KERNEL]
     if not polyak:
         raise Missing(f"step {step} launched no {POLYAK_KERNEL}")
-    first_gemm = next((i for i, r in enumerate(records) if r.kind in ("sgemm", "gemm")), None)
+    first_gemm = next((i for i, r in enumerate(records) if r.kind in GEMM_KINDS), None)
     if first_gemm is None:
         raise Missing(f"step {step} ran no GEMM: its forward cannot be placed")
     backward = [
@@ -229,16 +233,12 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
         (i for i in range(backward[0]) if records[i].name == CONCAT_KERNEL), default=scale
     )
     outer = ct.layout.outermost()
-    inside: dict[int, list[Record]] = {}
-    for r in records:
-        if r.within is not None and r.within >= 0:
-            inside.setdefault(r.within, []).append(r)
     updated = [outer.buffers[name] for name in UPDATED if name in outer.buffers]
     optimizer = next(
         (
             _call_seq(r)
             for r in records[last_accumulate + 1 :]
-            if any(_touches(_changes(ct, r, inside), b) for b in updated)
+            if any(_touches(_changes(ct, r), b) for b in updated)
         ),
         None,
     )
@@ -249,12 +249,12 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
         )
     first_read: dict[str, int] = {}
     for r in records[first_gemm:]:
-        if r.kind not in ("kernel", "sgemm", "gemm") or r.within is not None:
+        if r.kind not in ("kernel", *GEMM_KINDS) or r.within is not None:
             continue
         for name in _handed(outer, r) - set(first_read):
             # state is read before the step changes it in place; a batch buffer is read by the
             # first launch that does not write it (one that does gathers the batch into it)
-            if name in STATE or not _touches(_changes(ct, r, inside), outer.buffers[name]):
+            if name in STATE or not _touches(_changes(ct, r), outer.buffers[name]):
                 first_read[name] = r.seq
     start = records[first_gemm].seq
 
@@ -306,7 +306,7 @@ def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str], 
             for name, seq in reads.items():
                 b = ct.layout.buffers[name]
                 key = f"{step}|{checkpoint}|{name}"
-                requests.append(Request(key, seq, b.base, b.size * 4))
+                requests.append(Request(key, seq, b.base, b.size * ELEMENT_BYTES))
     regions = [r for r in ct.process.snapshots if r.complete and r.rows <= 1 and r.values.size]
     for i, r in enumerate(regions):
         before = r.launch + 1 if r.when == "after" else r.launch

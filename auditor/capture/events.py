@@ -703,6 +703,16 @@ def _gunzip(name: str, f: BinaryIO, need: int) -> bytearray:
     return data
 
 
+def _file_bytes(path: Path, need: int) -> Any:
+    """A capture's binary file as bytes: a plain file mapped (never read whole), a gzipped one
+    (a committed fixture) decompressed up to its first `need` bytes, fewer when it is shorter."""
+    with open_capture_file(path) as f:
+        if path.suffix == ".gz":
+            return _gunzip(path.name, f, need)
+        size = os.fstat(f.fileno()).st_size
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+
 def _snapshot_bytes(events_name: str, snap_path: Path | None, snaps: list[_Snapshot]) -> np.ndarray:
     """The snapshots file as float32 values, read-only: a plain file mapped (never read whole),
     a gzipped one decompressed up to the last byte an event points at. Refused when an event
@@ -717,13 +727,8 @@ def _snapshot_bytes(events_name: str, snap_path: Path | None, snaps: list[_Snaps
                 "is no snapshots file of this process",
             )
         return _NO_VALUES
-    with open_capture_file(snap_path) as f:
-        if snap_path.suffix == ".gz":
-            data: Any = _gunzip(snap_path.name, f, need)
-            size = len(data)
-        else:
-            size = os.fstat(f.fileno()).st_size
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    data = _file_bytes(snap_path, need)
+    size = len(data)
     if need > size:
         short = next(s for s in snaps if s.end > size)
         _refuse(
@@ -766,14 +771,7 @@ def _values_reader(folder: Path, pid: int, need: int) -> Callable[[], np.ndarray
     def read() -> np.ndarray:
         if kept:
             return kept[0]
-        data: Any = b""
-        if path is not None and need:
-            with open_capture_file(path) as f:
-                if path.suffix == ".gz":
-                    data = bytes(_gunzip(path.name, f, need))
-                else:
-                    size = os.fstat(f.fileno()).st_size
-                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        data = _file_bytes(path, need) if path is not None and need else b""
         values = np.frombuffer(data, dtype=np.uint8, count=min(len(data), need))
         values.flags.writeable = False
         kept.append(values)

@@ -19,10 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from egf_audit.runtime.capture_model import ProcessCapture
+from egf_audit.runtime.capture_model import OBSERVED_KINDS, ProcessCapture
 from egf_audit.runtime.trace import Missing
-
-OBSERVED_CALLS = ("kernel", "memset", "copy")  # what a deep recorder writes an effect after
 
 
 class Request(NamedTuple):
@@ -98,7 +96,7 @@ class MemoryHistory:
         """The first call after which no byte is known (its effect is missing), and why."""
         proc = self.process
         missing = [
-            r.seq for r in proc.records if r.kind in OBSERVED_CALLS and r.seq not in proc.effects
+            r.seq for r in proc.records if r.kind in OBSERVED_KINDS and r.seq not in proc.effects
         ]
         if not missing:
             return None

@@ -107,6 +107,9 @@ class Record:
     pointers: tuple[int, ...] = ()
 
 
+OBSERVED_KINDS = ("kernel", "memset", "copy")  # what a deep recorder writes an effect after
+
+
 class Effect(NamedTuple):
     """What one call was observed to change, in a deep capture (`egf-audit capture --deep`):
     once the call had finished, the recorder compared every live allocation word by word with
@@ -337,11 +340,21 @@ class CaptureTrace:
     allocations: list[Allocation] = field(default_factory=list)  # in the order made
     # the allocations that ever held a pointer, in the order made, by pointer (holding())
     _holding: dict[int, list[Allocation]] = field(default_factory=dict, repr=False)
+    _inside: dict[int, list[Record]] | None = field(default=None, repr=False)
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
     sp14: bool = True
     # the hyper-parameters EGF010's oracle runs with: SPEC's (a capture has no config)
     hyper: HyperView = field(default_factory=Hyper)
+
+    def made_inside(self) -> dict[int, list[Record]]:
+        """The launches cuBLAS made inside each GEMM call, by the GEMM record's seq (memoised)."""
+        if self._inside is None:
+            self._inside = {}
+            for r in self.records:
+                if r.within is not None and r.within >= 0:
+                    self._inside.setdefault(r.within, []).append(r)
+        return self._inside
 
     def holding(self, pointer: int) -> list[Allocation]:
         """Every allocation that ever held `pointer`, in the order made (memoised: a trainer
