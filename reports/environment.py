@@ -58,10 +58,15 @@ def _witness(report: AuditReport) -> list[str]:
         "",
         f"### cuBLAS witness: {w['matched']} of {w['recorded']} GEMMs match",
         "",
-        f"cuBLAS's API logger recorded {w['logged']} GEMM calls; each was paired, in order, with "
-        "the recorded SGEMM of the same index and compared on (transa, transb, m, n, k, lda, ldb, "
-        "ldc).",
+        f"cuBLAS's API logger recorded {w['logged']} GEMM calls on the pipeline's cuBLAS handle; "
+        "each was paired, in order, with the recorded SGEMM of the same index and compared on "
+        "(transa, transb, m, n, k, lda, ldb, ldc).",
     ]
+    if w.get("foreign"):
+        lines.append(
+            f"{w['foreign']} GEMM calls on other cuBLAS handles of the process (torch's own, "
+            "for the float64 oracle's start-up) were logged too and are not the pipeline's."
+        )
     if w["mismatches"]:
         rows = [
             [

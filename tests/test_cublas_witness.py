@@ -32,6 +32,7 @@ def test_parser_reads_every_gemm_argument_and_skips_other_calls():
     assert calls == [
         {
             "api": "cublasSgemm_v2",
+            "handle": "0x1881fee0",
             "transa": "T",
             "transb": "N",
             "m": "64",
@@ -54,6 +55,43 @@ def test_a_recorded_argument_cuBLAS_did_not_see_is_a_mismatch():
     assert not result.ok
     assert result.mismatches[0]["recorded"]["k"] == "31"
     assert result.mismatches[0]["logged"]["k"] == "32"
+
+
+def _on_handle(handle: int, k: int = 32) -> str:
+    """The fixture's Sgemm record as cuBLAS logs it on another handle (and with another k)."""
+    record = LOG.split("I! cuBLAS", 2)[1]
+    record = record.replace("0x0x1881fee0", f"0x0x{handle:x}").replace("val=32\n", f"val={k}\n", 1)
+    return "I! cuBLAS" + record
+
+
+PIPELINE, TORCH = 0x1881FEE0, 0x2F00BEEF
+
+
+def test_gemms_on_another_handle_are_foreign_and_the_pipelines_still_match_one_to_one():
+    """torch's start-up overlaps the scenarios and logs GEMMs of its own (on its own handle)
+    between the pipeline's: they are counted as foreign and never paired."""
+    log = _on_handle(TORCH, k=7) + LOG + _on_handle(TORCH, k=9) + _on_handle(PIPELINE, k=31)
+    recorded = [_sgemm("a", "T", 32), _sgemm("b", "T", 31)]
+    result = match(parse_log(log), recorded, handles={PIPELINE})
+    assert (result.logged, result.recorded, result.matched, result.foreign) == (2, 2, 2, 2)
+    assert result.ok and result.as_dict()["foreign"] == 2
+    # the same log paired without the handle filter: the foreign calls break the pairing
+    assert not match(parse_log(log), recorded).ok
+
+
+def test_a_pipeline_gemm_missing_from_its_handle_is_not_covered_by_a_foreign_one():
+    log = _on_handle(TORCH, k=31) + LOG
+    result = match(parse_log(log), [_sgemm("a", "T", 32), _sgemm("b", "T", 31)], {PIPELINE})
+    assert (result.logged, result.recorded, result.foreign, result.ok) == (1, 2, 1, False)
+
+
+def test_a_call_whose_handle_the_log_does_not_show_is_paired_all_the_same():
+    unnamed = LOG.replace(
+        "i!  handle: type=cublasHandle_t; val=POINTER (IN HEX:0x0x1881fee0)\n", ""
+    )
+    assert "handle" not in parse_log(unnamed)[0]
+    result = match(parse_log(unnamed + LOG), [_sgemm("a", "T", 32)], {PIPELINE})
+    assert (result.logged, result.recorded, result.foreign, result.ok) == (2, 1, 0, False)
 
 
 def test_unexecuted_launches_are_not_expected_in_the_log_and_counts_must_agree():

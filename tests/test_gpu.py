@@ -109,3 +109,52 @@ def test_cublas_witness_matches_every_recorded_sgemm(tmp_path):
     assert f"cuBLAS witness: {witness['matched']} of {witness['recorded']} GEMMs match" in (
         out.read_text()
     )
+
+
+FOREIGN_GEMMS = r"""
+import os, sys, threading
+from pathlib import Path
+log = Path(sys.argv[1])
+# the logger's settings, as auditor/entry.py sets them before anything loads cuBLAS
+os.environ.update({"CUBLAS_LOGINFO_DBG": "1", "CUBLAS_LOGDEST_DBG": str(log),
+                   "EGF_AUDIT_CUBLAS_LOG": str(log)})
+import torch
+from egf_audit.cli.commands import RunRequest, run_audit
+
+stop = threading.Event()
+done = []
+
+def foreign():
+    a = torch.randn(64, 64, device="cuda")
+    while not stop.is_set():
+        a = torch.mm(a, a).clamp_(-1, 1)  # torch's own cuBLAS handle
+        torch.cuda.synchronize()
+        done.append(1)
+
+worker = threading.Thread(target=foreign)
+worker.start()
+outcome = run_audit(RunRequest(device="cuda", out=Path(sys.argv[2]), mode="sentinel",
+                               cublas_log=True))
+stop.set()
+worker.join()
+w = outcome.report.witness
+print(w["logged"], w["recorded"], w["matched"], w["foreign"], w["ok"], len(done))
+"""
+
+
+def test_the_witness_pairs_only_the_pipelines_gemms_while_another_handle_runs_gemms(tmp_path):
+    """A foreign GEMM loop (torch, its own handle) runs during a witnessed audit: the witness
+    counts its calls as foreign and still matches every recorded SGEMM one to one."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", FOREIGN_GEMMS, str(tmp_path / "log"), str(tmp_path / "a.md")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logged, recorded, matched, foreign, ok, loops = proc.stdout.split()[-6:]
+    assert ok == "True" and int(logged) == int(recorded) == int(matched) > 0
+    assert int(foreign) >= int(loops) > 0

@@ -33,7 +33,8 @@ def start(device: str) -> Path:
 
 def finish(log: Path, backend: Backend, run: AuditRun) -> cublas_witness.WitnessResult:
     """Parse what cuBLAS logged and match it with every recorded SGEMM, in execution order
-    (the scenarios ran one after another, in the order the run keeps them)."""
+    (the scenarios ran one after another, in the order the run keeps them); only the calls on
+    the backend's own cuBLAS handle are the pipeline's."""
     backend.synchronize()
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
@@ -43,4 +44,5 @@ def finish(log: Path, backend: Backend, run: AuditRun) -> cublas_witness.Witness
         if log.parent.name.startswith(cublas_witness.LOG_PREFIX):
             shutil.rmtree(log.parent, ignore_errors=True)
     launches = [x for trace in run.traces.values() for x in trace.launches]
-    return cublas_witness.match(cublas_witness.parse_log(text), launches)
+    handles = backend.cublas_handles() or None  # no handle known: every logged call is paired
+    return cublas_witness.match(cublas_witness.parse_log(text), launches, handles)

@@ -3,7 +3,11 @@ matched one-to-one, in order, with the SGEMMs the recorder saw. The recorder cou
 itself; this is a second account of the same launches, written by the library.
 
 The logger is switched on by environment variables that cuBLAS reads when it is loaded, so
-`enable()` must run before the CUDA backend is first imported.
+`enable()` must run before the CUDA backend is first imported. It logs every handle of the
+process: torch's start-up, which overlaps the scenarios on the CUDA backend
+(egf_audit.oracle.warmup), runs GEMMs of its own on torch's handle. The witness therefore pairs
+only the calls made on the pipeline's handle (each logged call names its `handle`) and counts
+the others as foreign; a call whose handle cannot be read is paired, so it cannot hide.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -23,6 +27,8 @@ FIELDS = GEMM_ARGS  # what is matched: the arguments that fix a GEMM's shape
 _CALL = re.compile(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(")
 _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")
+# cuBLAS 13 prints a pointer as "POINTER (IN HEX:0x0x1881fee0)": the prefix twice
+_POINTER = re.compile(r"IN HEX:(?:0x)+([0-9a-fA-F]+)\)")
 
 
 CHILD_MARKER = "EGF_AUDIT_CUBLAS_LOG"  # set when the logger was switched on at process start
@@ -64,8 +70,15 @@ def _value(raw: str) -> str:
     return raw.split()[0] if raw else raw
 
 
+def handle_value(raw: str) -> int | None:
+    """The handle a logged call names, as an integer; None where the line shows none."""
+    found = _POINTER.search(raw)
+    return int(found.group(1), 16) if found else None
+
+
 def parse_log(text: str) -> list[dict[str, str]]:
-    """Every logged GEMM call as {api, transa, transb, m, n, k, lda, ldb, ldc}, in order."""
+    """Every logged GEMM call as {api, handle, transa, transb, m, n, k, lda, ldb, ldc}, in
+    order (`handle` in hexadecimal, absent where the log shows none)."""
     calls: list[dict[str, str]] = []
     current: dict[str, str] | None = None
     for line in text.splitlines():
@@ -76,7 +89,11 @@ def parse_log(text: str) -> list[dict[str, str]]:
                 calls.append(current)
             continue
         arg = _ARG.match(line)
-        if arg and current is not None and arg.group(1) in FIELDS:
+        if arg and current is not None and arg.group(1) == "handle":
+            handle = handle_value(arg.group(2))
+            if handle is not None:
+                current["handle"] = hex(handle)
+        elif arg and current is not None and arg.group(1) in FIELDS:
             current[arg.group(1)] = _value(arg.group(2))
     return calls
 
@@ -104,15 +121,17 @@ class WitnessDict(TypedDict):
     logged: int
     recorded: int
     matched: int
+    foreign: int
     ok: bool
     mismatches: list[WitnessMismatch]
 
 
 @dataclass
 class WitnessResult:
-    logged: int
+    logged: int  # the calls paired: on the pipeline's handle, or on no handle the log shows
     recorded: int
     matched: int
+    foreign: int = 0  # calls on another handle of the process (torch's), not paired
     mismatches: list[WitnessMismatch] = field(default_factory=list)  # first few, for the report
 
     @property
@@ -124,15 +143,29 @@ class WitnessResult:
             "logged": self.logged,
             "recorded": self.recorded,
             "matched": self.matched,
+            "foreign": self.foreign,
             "ok": self.ok,
             "mismatches": self.mismatches,
         }
 
 
-def match(logged: list[dict[str, str]], recorded: Iterable[Launch], keep: int = 5) -> WitnessResult:
-    """Pair the i-th logged GEMM with the i-th executed recorded SGEMM."""
+def match(
+    logged: list[dict[str, str]],
+    recorded: Iterable[Launch],
+    handles: Collection[int] | None = None,
+    keep: int = 5,
+) -> WitnessResult:
+    """Pair the i-th logged GEMM with the i-th executed recorded SGEMM. With `handles` (the
+    pipeline's cuBLAS handles), a call logged on another handle is foreign: counted, not
+    paired; a call whose handle the log does not show is paired all the same."""
     recorded = [x for x in recorded if x.kind == "sgemm" and x.executed]
-    result = WitnessResult(len(logged), len(recorded), 0)
+    ours = [
+        call
+        for call in logged
+        if handles is None or "handle" not in call or int(call["handle"], 16) in handles
+    ]
+    result = WitnessResult(len(ours), len(recorded), 0, foreign=len(logged) - len(ours))
+    logged = ours
     for i, (call, launch) in enumerate(zip(logged, recorded, strict=False)):
         if _logged_key(call) == _recorded_key(launch):
             result.matched += 1

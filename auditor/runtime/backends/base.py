@@ -119,6 +119,10 @@ class Backend(Protocol):
     def info(self) -> dict[str, str]:
         """Device name and library versions, for the environment block."""
 
+    def cublas_handles(self) -> tuple[int, ...]:
+        """The cuBLAS handles the pipeline's SGEMMs run on (the cuBLAS witness pairs only the
+        calls logged on them); () where the backend has no cuBLAS."""
+
 
 class StreamBackend(Backend, Protocol):
     """A backend whose launches run on a CUDA stream (the CUDA backend): the bench times the

@@ -223,6 +223,9 @@ class CpuBackend:
     def synchronize(self) -> None:
         pass
 
+    def cublas_handles(self) -> tuple[int, ...]:
+        return ()  # torch's CPU GEMMs: no cuBLAS
+
     def info(self) -> dict[str, str]:
         return {
             "backend": "cpu",

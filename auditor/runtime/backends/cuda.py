@@ -336,6 +336,9 @@ class CudaBackend:
         with contextlib.suppress(Exception):  # at interpreter exit much may be torn down
             self.close()
 
+    def cublas_handles(self) -> tuple[int, ...]:
+        return (int(self.handle),)  # CuPy's, made for this thread; every SGEMM names it
+
     def info(self) -> dict[str, str]:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
