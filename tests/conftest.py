@@ -57,6 +57,30 @@ def _stable_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 NIGHTLY = os.environ.get("EGF_AUDIT_NIGHTLY") == "1"
 
+# Under `--dist loadfile` (the README's test command) a worker runs each file whole, so its
+# module and session fixtures are built once. Files that share an expensive session fixture
+# count as one file here, so it is built once for all of them (`fault_audit_run`: every fault's
+# audit, 0.5 s each, read by three files). (pytest-xdist's own `loadgroup` does not group
+# under pytest 9: it renames items after pytest has fixed their ids.)
+SHARED_SCOPES = {
+    "test_registries.py": "fault-audits",
+    "test_invariants_flow.py": "fault-audits",
+    "test_invariants_core.py": "fault-audits",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own choice
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return SHARED_SCOPES.get(Path(file).name, file)
+
+    return SharedFixtureScheduling(config, log)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not NIGHTLY:
@@ -75,6 +99,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason=f"no usable GPU: {why}")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
+    """One kernel cache for the whole run, shared by its workers, unless the caller chose one
+    (EGF_AUDIT_CACHE; CI may persist it): tests stay out of $HOME, and the modules that used to
+    keep a cache each no longer compile the 20 bundled kernels again each (7 s a module on 2
+    cores). Tests about the cache itself set their own."""
+    if os.environ.get("EGF_AUDIT_CACHE"):
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EGF_AUDIT_CACHE", str(shared / "egf-audit-cache"))
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +146,32 @@ def ci_audit_run(ci_config: Config, cpu_backend: Backend) -> AuditRun:
     from egf_audit.scenarios.audit import Auditor
 
     return Auditor(ci_config, cpu_backend, steps=2).run(("sentinel", "live"))
+
+
+@pytest.fixture(scope="session")
+def fault_audit_run(ci_config: Config, kernel_set: KernelSet, cpu_backend: Backend):
+    """name -> the ci audit (both modes, 2 steps) of the pipeline with that fault of the
+    catalogue put back, each built once per worker and kept (about 25 MB each). Read-only."""
+    from egf_audit.runtime.backends import select_backend
+    from egf_audit.scenarios.audit import Auditor
+    from egf_audit.scenarios.faults import FAULTS_BY_NAME
+
+    runs: dict[str, AuditRun] = {}
+
+    def run(name: str) -> AuditRun:
+        if name not in runs:
+            fault = FAULTS_BY_NAME[name]
+            backend = (
+                select_backend("cpu", fault.apply_kernels(kernel_set))
+                if fault.patch
+                else cpu_backend
+            )
+            runs[name] = Auditor(ci_config, backend, fault.wiring, steps=2).run(
+                ("sentinel", "live")
+            )
+        return runs[name]
+
+    return run
 
 
 @pytest.fixture

@@ -35,7 +35,9 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if not p.name.endswith((".so", ".so.sha256")))
+    """What a build left beside its library, its sidecar and its lock (cpu_build._one_builder)."""
+    kept = (".so", ".so.sha256", ".so.lock")
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(kept))
 
 
 def test_a_build_is_recorded_with_its_key_and_bytes_and_reused(cache, tmp_path):
@@ -197,3 +199,39 @@ def test_a_full_disk_is_named_not_blamed_on_the_kernel(tmp_path, monkeypatch):
     message = str(caught.value)
     assert "no space left" in message and str(tmp_path / "c") in message
     assert "polyak_ema" not in message
+
+
+def test_a_second_process_wanting_the_same_build_waits_for_it_and_reuses_it(
+    cache, tmp_path, monkeypatch
+):
+    """Two test workers, or two jobs on one cache, ask for the same kernel at once: the second
+    waits for the first's build and loads it instead of compiling it again. The compiler here
+    logs each compile and takes a second, so the two requests overlap."""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+
+    log = tmp_path / "compiles.log"
+    slow = tmp_path / "slow-cxx"
+    real = shutil.which("g++") or shutil.which("c++")
+    slow.write_text(
+        f'#!/bin/sh\ncase "$*" in *--version*) ;; *) echo compile >> {log}; sleep 1;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    slow.chmod(0o755)
+    monkeypatch.setenv("CXX", str(slow))
+    script = textwrap.dedent(
+        f"""
+        from egf_audit.runtime.backends import cpu_build
+        print(cpu_build.build_library("answer", {unit(1, tmp_path)!r}, {{}}, "answer"))
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs[0] == outs[1]
+    assert log.read_text().split() == ["compile"]  # compiled once, for both

@@ -136,14 +136,6 @@ CASES = (
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        if not os.environ.get("EGF_AUDIT_CACHE"):
-            mp.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
-        yield
-
-
 def audit_with(case: Misbehaving, tmp_path: Path, *extra: str, device: str = "cpu"):
     folder = tmp_path / "kernels"
     folder.mkdir()

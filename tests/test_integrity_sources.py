@@ -5,10 +5,8 @@ ends, and the CUDA built-ins a per-thread kernel may call without an include."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from egf_audit.cli.app import app
@@ -48,16 +46,6 @@ def trainer_folder(root: Path, header: str = HEADER) -> Path:
     )
     (root / "common.cuh").write_text(header, encoding="utf-8")
     return root
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """One cache for the module (kept out of $HOME unless the caller chose one): the bundled
-    kernels are compiled once, not once a test."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not os.environ.get("EGF_AUDIT_CACHE"):
-            mp.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
-        yield
 
 
 def test_a_trainer_kernel_with_a_header_bom_crlf_and_builtins_audits_clean(tmp_path):

@@ -11,7 +11,6 @@ tests that read it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +25,7 @@ from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
 from egf_audit.invariants.egf005_target_net_untouched import polyak_error_ulps
 from egf_audit.pipeline.config import preset_config
 from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.backends import select_backend
-from egf_audit.scenarios.audit import Auditor
-from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
+from egf_audit.scenarios.faults import FAULTS
 
 CODES = ("EGF001", "EGF002", "EGF003", "EGF004", "EGF005", "EGF006")
 MODES = ("sentinel", "live")
@@ -273,20 +270,10 @@ def _matches(actual: Any, expected: Any, mode: str) -> bool:
     return actual == expected
 
 
-# ---- fixtures: kernels compiled once, one clean run, one run per fault ----
+# ---- fixtures: every fault's run, shared with the other files of its group (conftest.py) ----
 @pytest.fixture(scope="module")
-def fault_run(kernel_set, cpu_backend):
-    # One run kept at a time (a run with its snapshots is tens of MB); the fault tests below
-    # are ordered so that the tests of one fault follow each other.
-    @functools.lru_cache(maxsize=1)
-    def run(name: str) -> AuditRun:
-        fault = FAULTS_BY_NAME[name]
-        faulty = (
-            select_backend("cpu", fault.apply_kernels(kernel_set)) if fault.patch else cpu_backend
-        )
-        return Auditor(CONFIG, faulty, fault.wiring).run()
-
-    return run
+def fault_run(fault_audit_run):
+    return fault_audit_run
 
 
 def _verdict(run: AuditRun, code: str, mode: str) -> Verdict:

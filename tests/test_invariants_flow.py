@@ -20,10 +20,9 @@ from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, WARN
 from egf_audit.pipeline.config import preset_config
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES
-from egf_audit.scenarios.audit import GATE_PROBES, Auditor
-from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
+from egf_audit.scenarios.audit import GATE_PROBES
+from egf_audit.scenarios.faults import FAULTS
 
 CODES = ("EGF007", "EGF008", "EGF009", "EGF011", "EGF012")
 MODES = ("sentinel", "live")
@@ -189,23 +188,10 @@ CATCHES = (
 )
 
 
-# ---- fixtures: kernels compiled once, one clean run, one run per fault ----
+# ---- fixtures: every fault's run, shared with the other files of its group (conftest.py) ----
 @pytest.fixture(scope="module")
-def fault_run(kernel_set, cpu_backend):
-    runs: dict[str, AuditRun] = {}
-
-    def run(name: str) -> AuditRun:
-        if name not in runs:
-            fault = FAULTS_BY_NAME[name]
-            faulty = (
-                select_backend("cpu", fault.apply_kernels(kernel_set))
-                if fault.patch
-                else cpu_backend
-            )
-            runs[name] = Auditor(preset_config("ci"), faulty, fault.wiring).run()
-        return runs[name]
-
-    return run
+def fault_run(fault_audit_run):
+    return fault_audit_run
 
 
 def verdict(run: AuditRun, code: str, mode: str):

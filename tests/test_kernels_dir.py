@@ -126,16 +126,6 @@ ENVIRONMENT = (
 
 
 # ---- setup ----
-@pytest.fixture(scope="module", autouse=True)
-def _fast_cpu_audits(tmp_path_factory):
-    """Compiled kernels are cached by source hash: keep this module's cache out of $HOME unless
-    the caller chose one (CI may persist it)."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not os.environ.get("EGF_AUDIT_CACHE"):
-            mp.setenv("EGF_AUDIT_CACHE", str(tmp_path_factory.mktemp("egf-cache")))
-        yield
-
-
 def kernels_dir(root: Path, *sources: tuple[Path, str]) -> Path:
     """A trainer-style kernels folder: each (source, file name) copied in."""
     root.mkdir(parents=True, exist_ok=True)

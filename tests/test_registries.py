@@ -18,8 +18,6 @@ from cli_fakes import invoke
 
 from egf_audit.invariants import FAIL, INVARIANTS, INVARIANTS_BY_CODE, evaluate
 from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.backends import select_backend
-from egf_audit.scenarios.audit import Auditor
 from egf_audit.scenarios.faults import FAULTS
 
 MODES = ("sentinel", "live")
@@ -81,9 +79,8 @@ def test_a_run_without_traces_fails_naming_what_is_missing(ci_config, invariant)
 
 # ---- every fault caught by exactly what its entry expects ----
 @pytest.mark.parametrize("fault", FAULTS, ids=by_name)
-def test_caught_by_exactly_its_expected_invariants(ci_config, kernel_set, cpu_backend, fault):
-    backend = select_backend("cpu", fault.apply_kernels(kernel_set)) if fault.patch else cpu_backend
-    run = Auditor(ci_config, backend, fault.wiring, steps=2).run(MODES)
+def test_caught_by_exactly_its_expected_invariants(fault_audit_run, fault):
+    run = fault_audit_run(fault.name)
     failing = {r.code for r in evaluate(run) if r.verdict.status == FAIL}
     assert failing == set(fault.expected)
 

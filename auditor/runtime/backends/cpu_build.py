@@ -4,8 +4,10 @@ A build is cached as `<name>-<key>.so` beside `<name>-<key>.so.sha256`. The key 
 translation unit, every header it may include (the shim and any beside a `--kernels` source),
 the compiler's identity and the flags; the sidecar records the key and the sha256 of the
 library's own bytes. A library is used only when both match: a truncated, swapped or foreign
-file is rebuilt (and stderr says so), never loaded. The cache folder is `$EGF_AUDIT_CACHE`, else
-`~/.cache/egf-audit`; a folder that cannot be used is one error line naming it.
+file is rebuilt (and stderr says so), never loaded. `<name>-<key>.so.lock` beside them lets one
+process at a time look for and make that build, so parallel runs compile a kernel once. The
+cache folder is `$EGF_AUDIT_CACHE`, else `~/.cache/egf-audit`; a folder that cannot be used is
+one error line naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import os
 import shlex
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -124,6 +128,26 @@ def _disk_full(folder: Path) -> AuditEnvironmentError:
     )
 
 
+@contextlib.contextmanager
+def _one_builder(lib: Path) -> Iterator[None]:
+    """Held while a process looks for and makes one build: another process (a parallel test
+    worker, a second CI job on the same cache) that wants the same key waits and then finds it
+    built, instead of compiling it again. An advisory lock, released when the holder exits
+    however it exits; where the folder takes no lock (some network file systems), builds run
+    side by side as before, each replacing the other's identical result."""
+    try:
+        fd = os.open(f"{lib}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def build_library(
     name: str,
     unit: str,
@@ -138,6 +162,19 @@ def build_library(
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
     folder = _usable_cache(cache_dir(CACHE_KIND))
     lib = folder / f"{name}-{key}.so"
+    with _one_builder(lib):
+        return _cached_or_built(lib, key, folder, cxx, unit, headers, display)
+
+
+def _cached_or_built(
+    lib: Path,
+    key: str,
+    folder: Path,
+    cxx: list[str],
+    unit: str,
+    headers: dict[str, str],
+    display: str,
+) -> Path:
     if lib.exists():
         if cached_build_ok(lib, key):
             return lib
