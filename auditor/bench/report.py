@@ -111,11 +111,14 @@ def achieved_tflops(row: Row, timing: Measured) -> float | None:
 # ---- targets ----
 
 
+EVERY_B = 0  # a Target's B: judged at every batch size of the run, each its own entry
+
+
 @dataclass(frozen=True)
 class Target:
     key: str
     text: str
-    B: int
+    B: int  # the batch size it is judged at, or EVERY_B
     bound: float
     kind: str  # "le": value <= bound; "ge": value >= bound
     unit: str
@@ -137,7 +140,7 @@ TARGETS: tuple[Target, ...] = (
         lambda r, s: ratio(r.graph, r.torch_eager),
     ),
     Target(
-        "instrumented_vs_plain", "instrumented / plain", 4096, 2.0, "le", "×",
+        "instrumented_vs_plain", "instrumented / plain", EVERY_B, 1.5, "le", "×",
         lambda r, s: ratio(r.instrumented, r.plain),
     ),
     Target(
@@ -162,11 +165,12 @@ class AuditTarget:
 
 
 AUDIT_TARGETS: tuple[AuditTarget, ...] = (
-    # the audit as its JSON times it (the issue's 11.5 s were that sum); the whole command adds
-    # Python's start-up, the imports, the document and the outputs, shown beside it
+    # the whole command as the user waits for it: Python's start-up, the imports, the CUDA
+    # context, the phases, the document and the outputs (the phases alone met 5 s while the
+    # command took 9-10 s)
     AuditTarget(
-        "audit_prod_cuda", "`egf-audit run --preset prod`, its phases (warm, medians summed)",
-        "cuda", "prod", 5.0, "le", " s", lambda p: p.phases_s,
+        "audit_prod_cuda", "`egf-audit run --preset prod`, whole command (warm, median)",
+        "cuda", "prod", 5.0, "le", " s", lambda p: p.median_s,
     ),
     AuditTarget(
         "audit_prod_invariants", "its invariants phase (median)",
@@ -195,21 +199,24 @@ def _judged(entry: dict[str, Any], value: float, bound: float, kind: str) -> dic
 def evaluate_targets(report: BenchReport) -> list[dict[str, Any]]:
     rows = {r.B: r for r in report.rows}
     out = []
-    for t in TARGETS:
+    judged = [(t, b) for t in TARGETS for b in ([*rows] or [EVERY_B] if t.B == EVERY_B else [t.B])]
+    for t, b in judged:
         entry: dict[str, Any] = {
             "key": t.key,
             "target": t.text,
-            "B": t.B,
-            "at": f"B={t.B}",
+            "B": b,
+            "at": f"B={b}" if b != EVERY_B else "every B",
             "bound": t.bound,
             "kind": t.kind,
             "unit": t.unit,
             "value": None,
         }
-        row = rows.get(t.B)
+        row = rows.get(b)
         value = t.value(row, report.sgemm) if row else None
-        if row is None:
-            entry.update(status="not measured", note=f"B={t.B} is not in this run")
+        if report.device != "cuda":  # the pipeline's bounds are an H200's figures
+            entry.update(status="not measured", note="a bound for the GPU: bench --device cuda")
+        elif row is None:
+            entry.update(status="not measured", note=f"B={b} is not in this run")
         elif value is None:
             entry.update(status="not measured", note="a measurement it needs is unavailable")
         else:

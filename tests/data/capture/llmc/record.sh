@@ -75,6 +75,8 @@ if [ -n "${DEEP:-}" ]; then # DEEP=1: also the clean trainer captured --deep
   names+=(llmc-deep)
 fi
 for name in "${names[@]}"; do
+  # the folder's size as egf-audit capture wrote it, before shrink.py gzips it (.ci/gpu reads it)
+  echo "raw ${name%-1} $(du -sb "$work/cap/$name" | cut -f1) bytes" >>"$out/timing.txt"
   short="${name%-1}"
   python "$here/../shrink.py" "$work/cap/$name" "$out/$short"
   sed -i "s#$work/##g" "$out/$short/manifest.json"
