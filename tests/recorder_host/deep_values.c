@@ -1,6 +1,7 @@
 // The recorder's --deep bookkeeping run on the host: egf_capture_recorder.c compiled in whole,
 // with the driver calls it makes for --deep stood in by host memory and egf_deep_diff run as
-// egf_recorder_kernels.cu writes it. tests/test_recorder_values.py builds and runs it.
+// egf_recorder_kernels.cu writes it (fake_cuda.c, linked as libcuda.so.1: its fresh memory is
+// not zero). tests/test_recorder_values.py builds and runs it.
 //
 //   deep_values DIR [fork]
 //
@@ -11,61 +12,17 @@
 #include EGF_RECORDER_SOURCE
 #include <sys/wait.h>
 
-CUptiResult cuptiGetVersion(uint32_t *v) { *v = 0; return CUPTI_SUCCESS; }
-
-static CUresult host_alloc(CUdeviceptr *p, size_t n) {
-    *p = (CUdeviceptr)malloc(n);
-    memset((void *)*p, 0xAB, n);  // fresh memory is not zero
-    return CUDA_SUCCESS;
-}
-static CUresult host_free(CUdeviceptr p) { free((void *)p); return CUDA_SUCCESS; }
-static CUresult host_htod(CUdeviceptr d, const void *s, size_t n) {
-    memcpy((void *)d, s, n);
-    return CUDA_SUCCESS;
-}
-static CUresult host_dtoh(void *d, CUdeviceptr s, size_t n) {
-    memcpy(d, (const void *)s, n);
-    return CUDA_SUCCESS;
-}
-static CUresult host_memset32(CUdeviceptr d, unsigned v, size_t n) {
-    for (size_t i = 0; i < n; ++i) ((unsigned *)d)[i] = v;
-    return CUDA_SUCCESS;
-}
-static CUresult host_sync(void) { return CUDA_SUCCESS; }
-static CUresult host_diff(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                          unsigned by, unsigned bz, unsigned shared, CUstream stream, void **args,
-                          void **extra) {
-    (void)f, (void)gx, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream;
-    (void)extra;
-    const DeepEntry *table = *(const DeepEntry **)args[0];
-    unsigned *bitmap = *(unsigned **)args[1], *counts = *(unsigned **)args[2];
-    for (unsigned y = 0; y < gy; ++y) {
-        DeepEntry e = table[y];
-        const unsigned *now = (const unsigned *)e.base;
-        unsigned *copy = (unsigned *)e.shadow;
-        for (unsigned long long i = 0; i < e.words; ++i) {
-            if (now[i] != copy[i]) {
-                copy[i] = now[i];
-                bitmap[e.bitmap + (i >> 5)] |= 1u << (i & 31);
-                ++counts[y];
-            }
-        }
-    }
-    return CUDA_SUCCESS;
-}
-static void loaded(void) {}
-
 int main(int argc, char **argv) {
     snprintf(g.dir, sizeof g.dir, "%s", argv[1]);
-    deep.alloc = host_alloc;
-    deep.free_ = host_free;
-    deep.htod = host_htod;
-    deep.memset32 = host_memset32;
-    deep.launch = host_diff;
-    g.ctx_sync = host_sync;
-    g.dtoh = host_dtoh;
-    pthread_once(&kernels_once, loaded);
-    kernels_rc = CUDA_SUCCESS;
+    deep.alloc = cuMemAlloc_v2;
+    deep.free_ = cuMemFree_v2;
+    deep.htod = cuMemcpyHtoD_v2;
+    deep.memset32 = cuMemsetD32_v2;
+    deep.load = cuModuleLoadData;
+    deep.function = cuModuleGetFunction;
+    deep.launch = cuLaunchKernel;
+    g.ctx_sync = cuCtxSynchronize;
+    g.dtoh = cuMemcpyDtoH_v2;
     deep.on = 1;
     g.values_on = 1;
     g.deep_values_max = 1ULL << 30;
