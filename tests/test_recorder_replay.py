@@ -39,6 +39,10 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
             "EGF_CAPTURE_SNAPSHOT": "polyak_ema,sp14_scale_wire_col",
         },
     ),
+    # a driver that refuses the recorder's PTX: snapshots hashed on the host, --deep stopped
+    "kernels-refused": ((), {"EGF_CAPTURE_DEEP": "1", "FAKE_CUDA_NO_MODULE": "1"}),
+    # CUPTI already held by a profiler: the init event and a note, nothing more
+    "subscribe-refused": ((), {"FAKE_CUPTI_BUSY": "1"}),
 }
 
 

@@ -2,6 +2,7 @@
 // the recorder's references carry (fake_cupti.map). The callback it subscribes is kept for
 // replay.c, which calls it as CUPTI would.
 #include <cupti.h>
+#include <stdlib.h>
 
 #include "fake_abi.h"
 
@@ -10,7 +11,9 @@ static void *subscriber_data;
 
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *handle, CUpti_CallbackFunc callback,
                            void *userdata) {
-    if (subscriber) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    // FAKE_CUPTI_BUSY: a profiler holds the process, as CUPTI answers then
+    if (subscriber || getenv("FAKE_CUPTI_BUSY"))
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     subscriber = callback;
     subscriber_data = userdata;
     *handle = (CUpti_SubscriberHandle)&subscriber;
