@@ -1,7 +1,7 @@
-// The recorder's --deep bookkeeping run on the host: egf_capture_recorder.c compiled in whole,
-// with the driver calls it makes for --deep stood in by host memory and egf_deep_diff run as
-// egf_recorder_kernels.cu writes it (fake_cuda.c, linked as libcuda.so.1: its fresh memory is
-// not zero). tests/test_recorder_values.py builds and runs it.
+// The recorder's --deep bookkeeping run on the host: the recorder's units compiled in whole
+// with this file, the driver calls they make for --deep answered over host memory and
+// egf_deep_diff run as egf_recorder_kernels.cu writes it (fake_cuda.c, linked as libcuda.so.1:
+// its fresh memory is not zero). tests/test_recorder_values.py builds and runs it.
 //
 //   deep_values DIR [fork]
 //
@@ -9,24 +9,17 @@
 // 100 changes (an effect), the process forks if asked (the child records one note and leaves
 // with _exit), word 101 changes (a second effect). A second allocation packed right after the
 // first 256 bytes of a third tests a run that crosses from one allocation into the next.
-#include EGF_RECORDER_SOURCE
+#include "recorder.h"
+
 #include <sys/wait.h>
+#include <unistd.h>
 
 int main(int argc, char **argv) {
-    snprintf(g.dir, sizeof g.dir, "%s", argv[1]);
-    deep.alloc = cuMemAlloc_v2;
-    deep.free_ = cuMemFree_v2;
-    deep.htod = cuMemcpyHtoD_v2;
-    deep.memset32 = cuMemsetD32_v2;
-    deep.load = cuModuleLoadData;
-    deep.function = cuModuleGetFunction;
-    deep.launch = cuLaunchKernel;
-    g.ctx_sync = cuCtxSynchronize;
-    g.dtoh = cuMemcpyDtoH_v2;
-    deep.on = 1;
-    g.values_on = 1;
-    g.deep_values_max = 1ULL << 30;
-    pthread_atfork(before_fork, after_fork, after_fork);
+    writer_start(argv[1]);
+    driver_lookup();
+    rec_options.deep = 1;
+    rec_options.values_on = 1;
+    rec_options.deep_values_max = 1ULL << 30;
 
     unsigned *mem = aligned_alloc(256, 1024);
     memset(mem, 0, 1024);
@@ -60,6 +53,6 @@ int main(int argc, char **argv) {
     deep_effect(5);
     fflush(NULL);
     printf("%llu %llu %llu\n", (unsigned long long)(uintptr_t)mem,
-           (unsigned long long)(uintptr_t)packed, g.values_bytes);
+           (unsigned long long)(uintptr_t)packed, values_written());
     return 0;
 }
