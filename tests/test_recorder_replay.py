@@ -12,6 +12,7 @@ change that means to change what the recorder writes regenerates them with
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -92,8 +93,7 @@ def normalized(folder: Path, stdout: str) -> str:
     """What the recorder wrote into `folder`, with the pids the replay printed (its own, then
     its child's) named P0, P1, the parent's pid PPID and the thread ids T0, T1, ... in order of
     first appearance: the rest byte for byte; a binary file as its size and sha256."""
-    pids = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("pid ")]
-    names = {pid: f"P{i}" for i, pid in enumerate(pids)}
+    names = {pid: f"P{i}" for i, pid in enumerate(_printed_pids(stdout))}
     tids: dict[str, str] = {}
 
     def tid(m: re.Match[str]) -> str:
@@ -149,6 +149,96 @@ def test_without_a_capture_folder_the_recorder_stays_out(replay, tmp_path):
     )
     assert (done.returncode, done.stderr) == (0, "")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- the recorder's own files: made anew, never through a link (issue 34, item 7) ----
+OUTSIDE = b"a file of the user's, outside the capture folder\n"
+
+
+def _printed_pids(stdout: str) -> list[int]:
+    return [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("pid ")]
+
+
+def _planted(replay: Replay, tmp_path: Path, *args: str, env: dict[str, str] | None = None):
+    folder = tmp_path / "capture"
+    folder.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(OUTSIDE)
+    done = replay.run(folder, *args, f"outside={outside}", env=env)
+    assert done.returncode == 0, done.stderr
+    assert outside.read_bytes() == OUTSIDE  # never written through the link
+    return folder, outside, done
+
+
+def _said_once(stderr: str, pid: int, name: str) -> None:
+    """One line on the trainer's stderr, naming the process and the file it could not make."""
+    (line,) = stderr.splitlines()
+    assert line.startswith("egf-audit recorder: ") and f"process {pid} " in line and name in line
+
+
+@pytest.mark.parametrize(
+    "what, env",
+    [("events", {}), ("snapshots", {}), ("values", {"EGF_CAPTURE_DEEP": "1"})],
+)
+def test_a_link_planted_at_a_recorder_file_is_never_written_through(replay, tmp_path, what, env):
+    folder, outside, done = _planted(replay, tmp_path, f"plant={what}", env=env)
+    (pid,) = _printed_pids(done.stdout)
+    planted = folder / f"{what}-{pid}.{'jsonl' if what == 'events' else 'bin'}"
+    assert planted.is_symlink() and os.readlink(planted) == str(outside)
+    _said_once(done.stderr, pid, planted.name)
+    made = sorted(p.name for p in folder.iterdir() if p != planted)
+    if what == "events":
+        assert made == []  # nothing recorded: no file to say it in but stderr
+        return
+    # the process's own events file says why, and ends there: no init, no launch, no exit
+    # event, so the capture is incomplete (and the files made before the refused one are empty)
+    expected = [f"events-{pid}.jsonl"] + ([f"snapshots-{pid}.bin"] if what == "values" else [])
+    assert made == expected
+    (note,) = [json.loads(line) for line in (folder / made[0]).read_text().splitlines()]
+    assert note["ev"] == "note" and planted.name in note["msg"] and "records nothing" in note["msg"]
+
+
+def test_a_file_planted_at_the_events_file_is_left_as_it_was(replay, tmp_path):
+    folder = tmp_path / "capture"
+    folder.mkdir()
+    done = replay.run(folder, "plant=events")
+    assert done.returncode == 0, done.stderr
+    (pid,) = _printed_pids(done.stdout)
+    assert [p.name for p in folder.iterdir()] == [f"events-{pid}.jsonl"]
+    assert (folder / f"events-{pid}.jsonl").read_text() == "planted\n"  # not cut, not added to
+    _said_once(done.stderr, pid, f"events-{pid}.jsonl")
+
+
+def test_a_forked_child_never_writes_through_a_link_planted_at_its_file(replay, tmp_path):
+    folder, _, done = _planted(replay, tmp_path, "fork", "plant=child")
+    parent, child = _printed_pids(done.stdout)
+    assert (folder / f"events-{child}.jsonl").is_symlink()
+    assert not (folder / f"snapshots-{child}.bin").exists()
+    _said_once(done.stderr, child, f"events-{child}.jsonl")
+    last = (folder / f"events-{parent}.jsonl").read_text().splitlines()[-1]
+    assert json.loads(last)["ev"] == "exit"  # the parent's capture is whole
+
+
+def test_a_capture_folder_that_is_a_link_gets_nothing(replay, tmp_path):
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    link = tmp_path / "capture"
+    link.symlink_to(real)
+    done = replay.run(link)
+    assert done.returncode == 0, done.stderr
+    assert list(real.iterdir()) == []
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("egf-audit recorder: ") and str(link) in line
+
+
+def test_no_descriptor_into_the_capture_folder_is_handed_on_to_an_exec(replay, tmp_path):
+    folder = tmp_path / "capture"
+    folder.mkdir()
+    done = replay.run(folder, "descriptors")
+    assert done.returncode == 0, done.stderr
+    (report,) = [line.split()[1:] for line in done.stdout.splitlines() if "descriptors" in line]
+    into, inherited = map(int, report)
+    assert into >= 2 and inherited == 0  # the events and snapshots files (and the folder)
 
 
 def main(argv: list[str]) -> int:

@@ -305,7 +305,7 @@ static void CUPTIAPI callback(void *userdata, CUpti_CallbackDomain domain, CUpti
 int InitializeInjection(void) {
     const char *dir = getenv("EGF_CAPTURE_DIR");
     if (!dir || !*dir) return 1;  // injected outside `egf-audit capture`: stay out of the way
-    writer_start(dir);
+    if (!writer_start(dir)) return 1;  // a folder that is a link, or none: nothing is recorded
     const char *kernels = getenv("EGF_CAPTURE_SNAPSHOT");
     snprintf(rec_options.snapshot_kernels, sizeof rec_options.snapshot_kernels, "%s",
              kernels ? kernels : DEFAULT_SNAPSHOT);

@@ -1,55 +1,115 @@
 /* The event writer: this process's files in the capture folder (events-<pid>.jsonl, one JSON
  * line per event; snapshots-<pid>.bin, the snapshots' kept values; values-<pid>.bin, --deep's
- * changed bytes), written under one lock in program order, buffered, reopened under its own pid
- * by a child forked without exec, and ended by an "exit" event when the process leaves through
- * exit().
+ * changed bytes), written under one lock in program order, buffered, made anew under its own
+ * pid by a child forked without exec, and ended by an "exit" event when the process leaves
+ * through exit().
+ *
+ * The traced command runs in this process and knows the folder (EGF_CAPTURE_DIR): whatever it
+ * put there is never written to. The folder is opened once, refused if it is a link, and every
+ * file is made in it by name with O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC: a file or a link already
+ * at a name (planted to have the recorder overwrite what it points at) is refused, and the
+ * process then records nothing more: one line on stderr says so, and where its events file is
+ * its own, a note in it, which no exit event follows (the capture is incomplete). No descriptor
+ * of the recorder's outlives an exec.
  */
 #include "recorder.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static struct {
     pthread_mutex_t lock;
-    char dir[4096];
+    char dir[4096];     // the capture folder's path, as the messages name it
+    int dir_fd;         // the folder, opened once: every file is made in it
+    dev_t dir_dev;      // ... and what it is, so a forked child that finds another file at that
+    ino_t dir_ino;      //     descriptor (the trainer closed it and opened something) refuses
     FILE *events;
     FILE *snapshots;
     long long snapshot_bytes;
     FILE *values;
     unsigned long long values_bytes;  // written to this process's values file
-    pid_t pid;                        // the process the files are this process's for
+    pid_t pid;                        // the process that made (or was refused) the files
     unsigned long long seq;
     int exited;  // the exit event is written: nothing follows it in the file
-} w = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} w = {.lock = PTHREAD_MUTEX_INITIALIZER, .dir_fd = -1};
 
-// values-<pid>.bin, opened anew. A forked child leaves its copy of the parent's stream alone,
-// as it does the events' (closing it would write what it buffered into the parent's file;
-// before_fork empties it, and the child never writes to it).
-static void open_values_locked(pid_t pid) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/values-%d.bin", w.dir, (int)pid);
-    w.values = fopen(path, "wb");
-    w.values_bytes = 0;
+// One line on the trainer's stderr: the only place left to say why nothing is recorded.
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...) {
+    char line[4400];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(line, sizeof line, fmt, args);
+    va_end(args);
+    fprintf(stderr, "egf-audit recorder: process %d records nothing: %s\n", (int)getpid(), line);
 }
 
+// `name`, made anew in the capture folder (0666 less the umask, as fopen makes files); NULL
+// with errno set when it cannot be: something is there already (EEXIST, for a link whatever it
+// points at), or the folder refuses it.
+static FILE *create_locked(const char *name, const char *mode) {
+    int fd = openat(w.dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, mode);
+    if (!f) close(fd);
+    return f;
+}
+
+static int same_folder_locked(void) {
+    struct stat st;
+    return fstat(w.dir_fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == w.dir_dev &&
+           st.st_ino == w.dir_ino;
+}
+
+// This process's files, made at its first event. A fork without exec inherits our FILE*s: the
+// child leaves them alone (closing them would write what they buffered into the parent's
+// files; before_fork empties them, and the child never writes to them) and makes its own.
 static void open_files_locked(void) {
     pid_t pid = getpid();
-    if (w.events && w.pid == pid) {
-        // values turned on after the first event
-        if (rec_options.values_on && !w.values) open_values_locked(pid);
+    if (w.pid == pid) return;  // made, or refused, at this process's first event
+    w.pid = pid;
+    w.events = w.snapshots = w.values = NULL;
+    w.snapshot_bytes = 0;
+    w.values_bytes = 0;
+    if (!same_folder_locked()) {
+        say("its descriptor of the capture folder %s leads elsewhere now", w.dir);
         return;
     }
-    // A fork without exec inherits our FILE*s: the child writes its own files. (Their buffers
-    // were flushed just before the fork, before_fork: the child never writes the parent's
-    // lines a second time when it flushes every stream at exit.)
-    w.pid = pid;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/events-%d.jsonl", w.dir, (int)pid);
-    w.events = fopen(path, "w");
-    snprintf(path, sizeof path, "%s/snapshots-%d.bin", w.dir, (int)pid);
-    w.snapshots = fopen(path, "wb");
-    w.snapshot_bytes = 0;
-    if (rec_options.values_on) open_values_locked(pid);
-    if (w.events) setvbuf(w.events, NULL, _IOFBF, 1 << 16);
+    char name[64];
+    snprintf(name, sizeof name, "events-%d.jsonl", (int)pid);
+    FILE *events = create_locked(name, "w");
+    if (!events) {
+        say("cannot make %s in %s (%s)", name, w.dir, strerror(errno));
+        return;
+    }
+    setvbuf(events, NULL, _IOFBF, 1 << 16);
+    int refused = 0;
+    snprintf(name, sizeof name, "snapshots-%d.bin", (int)pid);
+    if (!(w.snapshots = create_locked(name, "wb"))) refused = errno ? errno : EIO;
+    if (!refused && rec_options.values_on) {
+        snprintf(name, sizeof name, "values-%d.bin", (int)pid);
+        if (!(w.values = create_locked(name, "wb"))) refused = errno ? errno : EIO;
+    }
+    if (!refused) {
+        w.events = events;
+        return;
+    }
+    // the events file is this process's own: it says why, and ends there
+    say("cannot make %s in %s (%s)", name, w.dir, strerror(refused));
+    if (w.snapshots) fclose(w.snapshots);  // made, and empty
+    w.snapshots = NULL;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "this process records nothing more: cannot make %s in the capture folder (%s); the "
+             "recorder never writes to a file it did not make",
+             name, strerror(refused));
+    fprintf(events, "{\"ev\":\"note\",\"seq\":%llu,\"tid\":%lu,\"msg\":", w.seq++,
+            (unsigned long)pthread_self() & 0xffffffUL);
+    json_string(events, msg);
+    fputs("}\n", events);
+    fclose(events);
 }
 
 void json_string(FILE *f, const char *s) {
@@ -166,10 +226,23 @@ static void before_fork(void) {
 
 static void after_fork(void) { pthread_mutex_unlock(&w.lock); }
 
-// The capture folder, and the handlers that end the files at exit and keep them whole across
-// a fork. The files are opened at the first event.
-void writer_start(const char *dir) {
+// The capture folder, opened as a folder and never through a link, and the handlers that end
+// the files at exit and keep them whole across a fork: 1, or 0 (said on stderr) when it cannot
+// be opened. The files are made at the first event.
+int writer_start(const char *dir) {
     snprintf(w.dir, sizeof w.dir, "%s", dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        say("cannot open the capture folder %s as a folder that is no link (%s)", dir,
+            strerror(errno));
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    w.dir_fd = fd;
+    w.dir_dev = st.st_dev;
+    w.dir_ino = st.st_ino;
     atexit(on_exit_event);
     pthread_atfork(before_fork, after_fork, after_fork);
+    return 1;
 }

@@ -83,7 +83,7 @@ struct RecThread {
 extern __thread struct RecThread rec_thread;
 
 /* ---- the event writer (rec_writer.c) ---- */
-void writer_start(const char *dir);
+int writer_start(const char *dir);  // 0: the folder cannot be written (said on stderr)
 FILE *begin_event(const char *ev);  // holds the writer's lock until end_event; NULL: not recorded
 void end_event(FILE *f);
 unsigned long long event_seq(void);  // within an event: its seq

@@ -4,7 +4,8 @@
 // API call, doing what the call does in between. tests/test_recorder_replay.py builds it and
 // compares what the recorder wrote with tests/recorder_host/expected/.
 //
-//   EGF_CAPTURE_DIR=DIR LD_PRELOAD=recorder.so replay [fork] [plant=WHAT] [outside=PATH]
+//   EGF_CAPTURE_DIR=DIR LD_PRELOAD=recorder.so replay [fork] [descriptors] [plant=WHAT]
+//                                                     [outside=PATH]
 //
 // The calls: allocations (driver, stream-ordered, pitched, runtime), copies and memsets (driver
 // and runtime, one runtime copy with its driver call inside), the four ABI kernels through
@@ -12,13 +13,16 @@
 // launch on a capturing stream, runtime launches (decoded, one the runtime's own stub table does
 // not know, cudaLaunchKernelExC), cuBLAS calls in host and device pointer mode and a batched one,
 // two cublasLtMatmul calls through the preloaded interposer, graph launches, a free. `fork`: a
-// child forked without exec records a launch and a memset under its own pid. `plant=events`,
-// `snapshots` or `values` puts a link to PATH where this process's file goes before the
-// recorder starts; `plant=child` puts one where the forked child's events file goes.
+// child forked without exec records a launch and a memset under its own pid. `descriptors`:
+// prints how many descriptors lead into DIR once the recorder started, and how many of them an
+// exec would hand on. `plant=events`, `snapshots` or `values` puts a link to PATH (a file
+// holding "planted" without `outside`) where this process's file goes before the recorder
+// starts; `plant=child` puts one where the forked child's events file goes.
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,12 +348,25 @@ static void lt_calls(void) {
 }
 
 // ---- a process forked without exec: its own files ----
+// Something at `path` before the recorder makes it: a link to `outside`, or without `outside` a
+// regular file holding "planted".
+static void plant_at(const char *path) {
+    FILE *f = outside ? NULL : fopen(path, "wx");
+    if (outside ? symlink(outside, path) == 0 : f && fputs("planted\n", f) >= 0 && !fclose(f))
+        return;
+    perror("plant");
+    exit(3);
+}
+
+static void plant_file(const char *prefix, const char *ext) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s-%d.%s", getenv("EGF_CAPTURE_DIR"), prefix, (int)getpid(),
+             ext);
+    plant_at(path);
+}
+
 static void child(void) {
-    if (plant && !strcmp(plant, "child")) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/events-%d.jsonl", getenv("EGF_CAPTURE_DIR"), (int)getpid());
-        if (symlink(outside, path) != 0) _exit(3);
-    }
+    if (plant && !strcmp(plant, "child")) plant_file("events", "jsonl");
     int n = 32;
     void *args[] = {&act, &n};
     driver_launch(&relu_fn, "relu_fwd", args, run_relu, NULL);
@@ -358,27 +375,36 @@ static void child(void) {
     exit(0);
 }
 
-static void plant_before_start(void) {
-    if (!plant || !strcmp(plant, "child")) return;
-    const char *ext = !strcmp(plant, "events") ? "jsonl" : "bin";
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s-%d.%s", getenv("EGF_CAPTURE_DIR"), plant, (int)getpid(), ext);
-    if (symlink(outside, path) != 0) {
-        perror("plant");
-        exit(3);
+// How many of this process's descriptors lead into the capture folder, and how many of those
+// an exec would hand on (no FD_CLOEXEC).
+static void report_descriptors(void) {
+    char folder[4096], link[4200], target[4200];
+    if (!realpath(getenv("EGF_CAPTURE_DIR"), folder)) return;
+    int into = 0, inherited = 0;
+    for (int fd = 0; fd < 1024; ++fd) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (strncmp(target, folder, strlen(folder)) != 0) continue;
+        ++into;
+        inherited += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
     }
+    printf("descriptors %d %d\n", into, inherited);
 }
 
 int main(int argc, char **argv) {
-    int fork_child = 0;
+    int fork_child = 0, descriptors = 0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "fork")) fork_child = 1;
+        else if (!strcmp(argv[i], "descriptors")) descriptors = 1;
         else if (!strncmp(argv[i], "plant=", 6)) plant = argv[i] + 6;
         else if (!strncmp(argv[i], "outside=", 8)) outside = argv[i] + 8;
     }
     printf("pid %d\n", (int)getpid());
     fflush(stdout);
-    plant_before_start();
+    if (plant && strcmp(plant, "child") != 0)
+        plant_file(plant, strcmp(plant, "events") ? "bin" : "jsonl");  // events, snapshots, values
     int (*initialize)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "InitializeInjection");
     if (!initialize) {
         fprintf(stderr, "replay: the recorder is not preloaded\n");
@@ -387,6 +413,7 @@ int main(int argc, char **argv) {
     initialize();  // as the driver does at cuInit
     subscriber = (CUpti_CallbackFunc)fake_cupti_subscriber(&subscriber_data);
     if (!subscriber) return 0;  // the recorder stayed out (no capture folder)
+    if (descriptors) report_descriptors();
 
     isv = driver_alloc(ISV * sizeof(float));
     concat = driver_alloc(ROWS * LD * sizeof(float));
