@@ -32,7 +32,7 @@ MASK64 = (1 << 64) - 1
 # (that hash is computed here byte by byte; larger regions are trusted as the recorder hashed
 # them); a mix64 region's are checked whatever its size
 HASH_CHECK_MAX = 1 << 18
-# the recorder's region_hash (egf_capture_recorder.c): splitmix64's finaliser over each
+# the recorder's region_hash (auditor/capture/rec_snapshot.c): splitmix64's finaliser over each
 # element's bits plus its index times MIX64_STEP, summed modulo 2**64
 MIX64_STEP, MIX64_M1, MIX64_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 MIX64_CHUNK = 1 << 20  # elements mixed at a time: bounds the temporaries to a few MiB
@@ -186,8 +186,8 @@ def region_hash_hex(values: np.ndarray, kind: str) -> str:
 
 
 def mix64_hex(values: np.ndarray) -> str:
-    """region_hash of egf_capture_recorder.c over every element, in numpy (uint64 arithmetic
-    wraps as C's does)."""
+    """The recorder's region_hash (rec_snapshot.c) over every element, in numpy (uint64
+    arithmetic wraps as C's does)."""
     bits = np.ascontiguousarray(values, dtype="<f4").reshape(-1).view("<u4")
     total = 0
     for low in range(0, bits.size, MIX64_CHUNK):

@@ -1,18 +1,18 @@
 """`egf-audit capture` of the stand-in trainer, emulated on the CPU.
 
-The real recorder (auditor/capture/egf_capture_recorder.c) needs a GPU: CUPTI calls it back for
-every driver call of the trainer process. Here the stand-in (`tests/standin/trainer.py`, `main`)
-runs on the CPU backend, wrapped in `RecordingBackend`, which delegates every call and writes,
-in program order, the event line(s) the recorder writes for the CUDA calls the CUDA backend
-(runtime/backends/cuda.py, through CuPy) makes in its place: per buffer the allocation of its
-guarded block, one zero fill of the whole block and CuPy's two canary fills of its guard zones
-(cuda_guard.guarded_zeros); per upload CuPy's staging copy and its copy (or, for one element,
-its copy kernel) into the buffer; `cuMemsetD8Async` (cudaMemsetAsync) per memset;
+The real recorder (auditor/capture/egf_capture_recorder.c and its units) needs a GPU: CUPTI calls
+it back for every driver call of the trainer process. Here the stand-in
+(`tests/standin/trainer.py`, `main`) runs on the CPU backend, wrapped in `RecordingBackend`, which
+delegates every call and writes, in program order, the event line(s) the recorder writes for the
+CUDA calls the CUDA backend (runtime/backends/cuda.py, through CuPy) makes in its place: per buffer
+the allocation of its guarded block, one zero fill of the whole block and CuPy's two canary fills
+of its guard zones (cuda_guard.guarded_zeros); per upload CuPy's staging copy and its copy (or, for
+one element, its copy kernel) into the buffer; `cuMemsetD8Async` (cudaMemsetAsync) per memset;
 `cuLaunchKernel` with the raw parameter bytes per kernel; cuBLAS's own log lines per SGEMM; the
 snapshot regions of `abi_snapshots` around the snapshot kernels (every value kept, read back
 through the backend); and the `exit` event. The folder then gets `layout.json` (the stand-in's
-`--layout-out`) and `manifest.json` as `egf-audit capture` writes it. What this reproduces and
-what it does not: tests/data/capture/EMULATED.md.
+`--layout-out`) and `manifest.json` as `egf-audit capture` writes it. What this reproduces and what
+it does not: tests/data/capture/EMULATED.md.
 
     capture_standin(tmp_path / "clean", None)
     capture_standin(tmp_path / "skip-scale", "skip-scale")
@@ -36,7 +36,7 @@ from unittest import mock
 import numpy as np
 from standin import trainer as standin
 
-from egf_audit.capture.build import SOURCE as RECORDER_SOURCE
+from egf_audit.capture.build import SOURCES as RECORDER_SOURCES
 from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.backends import select_backend
 from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
@@ -80,13 +80,13 @@ def recorder_mix64_constants(source: str) -> tuple[int, int, int]:
         re.S,
     )
     if found is None or '\\"hash\\":\\"mix64\\"' not in source:
-        raise RuntimeError(f"{RECORDER_SOURCE}: the region hash (mix64_element) moved")
+        raise RuntimeError("the recorder's region hash (mix64_element) moved")
     step, m1, m2 = (int(g, 16) for g in found.groups())
     return step, m1, m2
 
 
 MIX64_STEP, MIX64_M1, MIX64_M2 = recorder_mix64_constants(
-    RECORDER_SOURCE.read_text(encoding="utf-8")
+    "".join(path.read_text(encoding="utf-8") for path in RECORDER_SOURCES)
 )
 
 
@@ -470,7 +470,7 @@ class RecordingBackend:
             self._abi_snapshots(seq, "after", spec.name, named)
         self._effect(seq)
 
-    # ---- snapshots (the recorder's abi_snapshots, snap and snap_concat) ----
+    # ---- snapshots (the recorder's abi_snapshots, snapshot_region and snap_concat) ----
     def _copy_to_host(self, ptr: int, count: int) -> np.ndarray | None:
         """cuMemcpyDtoH of `count` floats at `ptr`, read through the backend; None where the
         span leaves the allocation (a guarded CPU buffer has nothing readable past its end)."""

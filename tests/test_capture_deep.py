@@ -222,12 +222,12 @@ def test_the_embedded_ptx_is_the_kernel_source_compiled(tmp_path):
     import shutil
     import subprocess
 
-    from egf_audit.capture.build import SOURCE
+    from egf_audit.capture.build import HERE
 
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("no nvcc here")
-    text = SOURCE.read_text(encoding="utf-8")
+    text = (HERE / "rec_kernels.c").read_text(encoding="utf-8")
     block = text.split("/* ---- kernels ptx ---- */\n")[1].split(
         "/* ---- kernels ptx (end) ---- */"
     )[0]
@@ -241,7 +241,7 @@ def test_the_embedded_ptx_is_the_kernel_source_compiled(tmp_path):
             "-arch=compute_75",
             "-o",
             "-",
-            str(SOURCE.with_name("egf_recorder_kernels.cu")),
+            str(HERE / "egf_recorder_kernels.cu"),
         ],
         capture_output=True,
         text=True,

@@ -185,7 +185,7 @@ def test_the_exceptions_name_real_faults_and_decided_invariants():
 # ---- the emulation itself ----
 def test_the_checks_hash_regions_as_the_recorder_does():
     """The capture checks recompute the recorder's region hash (a zeroed wire column, kept
-    values against their region's hash) with the constants of egf_capture_recorder.c."""
+    values against their region's hash) with the constants of the recorder's rec_snapshot.c."""
     constants = (capture_common.MIX64_STEP, capture_common.MIX64_M1, capture_common.MIX64_M2)
     assert constants == (MIX64_STEP, MIX64_M1, MIX64_M2)
 

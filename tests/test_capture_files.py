@@ -32,7 +32,7 @@ PID = int(EVENTS.split("-")[1].split(".")[0])
 SNAPSHOTS = f"snapshots-{PID}.bin.gz"
 PLAIN_EVENTS, PLAIN_SNAPSHOTS = EVENTS.removesuffix(".gz"), SNAPSHOTS.removesuffix(".gz")
 
-# The keys each event kind carries (the recorder's egf_capture_recorder.c), checked every one.
+# The keys each event kind carries (as the recorder's units write them), checked every one.
 KEYS = {
     "init": ("ev", "seq", "tid", "pid", "ppid", "cupti_version", "subscribe", "param_info"),
     "note": ("ev", "seq", "tid", "msg"),

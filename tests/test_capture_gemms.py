@@ -1,5 +1,5 @@
 """Every GEMM entry point, runtime-API launches and processes that are no SP14 trainer, read from
-event lines written as the recorder writes them (egf_capture_recorder.c): cuBLAS's own log lines
+event lines written as the recorder writes them (rec_gemm.c): cuBLAS's own log lines
 as cuBLAS 13.1 words them (recorded from libcublas with its logger on), cuBLASLt matmuls as the
 recorder's `ltmatmul` event, kernel launches under C++-mangled and extern "C" names. The
 committed GPU recordings of the same paths are tested in tests/test_capture_runtime.py."""

@@ -1,4 +1,4 @@
-"""The recorder's region hash (mix64, egf_capture_recorder.c) and the reader's recomputation
+"""The recorder's region hash (mix64, rec_snapshot.c) and the reader's recomputation
 of it (invariants/capture_common.py) are one function: the C between the source's "region hash"
 markers is compiled alone and run on regions the reader also hashes, bit for bit; the hash of
 zeros the sentinel check compares with is the hash of zeros; and a region whose kept values
@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from egf_audit.capture.build import SOURCE
+from egf_audit.capture.build import HERE
 from egf_audit.invariants import capture_common
 from egf_audit.runtime.capture_model import SnapshotRegion
 from egf_audit.runtime.trace import Missing
@@ -41,11 +41,11 @@ def c_hash(tmp_path_factory: pytest.TempPathFactory):
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
-    source = SOURCE.read_text(encoding="utf-8")
+    source = (HERE / "rec_snapshot.c").read_text(encoding="utf-8")
     block = re.search(
         r"/\* ---- region hash \(begin\).*?region hash \(end\) ---- \*/", source, re.S
     )
-    assert block, "the region hash markers moved in egf_capture_recorder.c"
+    assert block, "the region hash markers moved in rec_snapshot.c"
     folder = tmp_path_factory.mktemp("region-hash")
     (folder / "harness.c").write_text(HARNESS % block.group(0), encoding="utf-8")
     binary = folder / "harness"

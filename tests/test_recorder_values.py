@@ -1,8 +1,9 @@
 """The recorder's --deep values, run on the host (tests/recorder_host/deep_values.c): the
-recorder's own C compiled in whole, with the driver calls it makes for --deep stood in by host
-memory. It checks what no GPU recording here exercises: a new allocation whose memory is not
-zero (its `contents`), a changed run that crosses from one allocation into the next packed
-against it, and a fork, after which the parent's values file must hold each byte once."""
+recorder's units compiled in whole with it, the driver calls they make for --deep answered over
+host memory by tests/recorder_host/fake_cuda.c. It checks what no GPU recording here exercises:
+a new allocation whose memory is not zero (its `contents`), a changed run that crosses from one
+allocation into the next packed against it, and a fork, after which the parent's values file
+must hold each byte once."""
 
 from __future__ import annotations
 
@@ -12,34 +13,25 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from recorder_stand_ins import HOST, build_stand_ins, includes, link_flags
 
-from egf_audit.capture.build import LIBS, SOURCE, _compiler, find_toolkit
+from egf_audit.capture.build import HERE, SOURCES, _compiler
 from egf_audit.errors import AuditEnvironmentError
 
-HARNESS = Path(__file__).parent / "recorder_host" / "deep_values.c"
+HARNESS = HOST / "deep_values.c"
 
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("harness")
     try:
-        toolkit = find_toolkit()
+        fakes = build_stand_ins(folder / "fakes")
     except AuditEnvironmentError as exc:
         pytest.skip(f"no CUDA toolkit headers to build the recorder with: {exc}")
-    out = tmp_path_factory.mktemp("harness") / "deep_values"
-    command = [
-        _compiler(),
-        "-O1",
-        "-Wall",
-        f'-DEGF_RECORDER_SOURCE="{SOURCE}"',
-        *(f"-I{i}" for i in toolkit.include),
-        "-o",
-        str(out),
-        str(HARNESS),
-        f"-L{toolkit.lib}",
-        *LIBS,
-        f"-Wl,-rpath,{toolkit.lib}",
-    ]
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    out = folder / "deep_values"
+    command = [_compiler(), "-O1", "-Wall", f"-I{HERE}", *includes(), "-o", str(out), str(HARNESS)]
+    command += [*map(str, SOURCES), *link_flags(fakes, "libcuda.so.1", "libcupti.so.13")]
+    subprocess.run([*command, "-ldl", "-lpthread"], check=True, capture_output=True, text=True)
     return out
 
 

@@ -1,4 +1,6 @@
-"""Build the recorder (egf_capture_recorder.c) on first use, cached by hash like the CPU kernels.
+"""Build the recorder on first use, cached by hash like the CPU kernels: one shared library from
+its units (UNITS, egf_capture_recorder.c first; egf_capture_recorder.c says what each holds) and
+the header between them, compiled and linked by one compiler call.
 
 The toolkit is found from CUDA_HOME / CUDA_PATH, then nvcc's folder, then the NVIDIA CUPTI wheel,
 then where the dynamic loader knows libcupti from. The library links against libcupti alone;
@@ -20,7 +22,20 @@ from pathlib import Path
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.runtime.build_cache import cache_dir
 
-SOURCE = Path(__file__).with_name("egf_capture_recorder.c")
+HERE = Path(__file__).parent
+UNITS = (
+    "egf_capture_recorder.c",
+    "rec_launch.c",
+    "rec_gemm.c",
+    "rec_snapshot.c",
+    "rec_kernels.c",
+    "rec_deep.c",
+    "rec_writer.c",
+    "rec_device.c",
+)
+HEADERS = ("recorder.h",)
+SOURCES = tuple(HERE / name for name in UNITS)  # what the compiler is given
+TEXTS = (*SOURCES, *(HERE / name for name in HEADERS))  # what the cache key hashes
 C_FLAGS = ["-O2", "-shared", "-fPIC", "-Wall"]
 LIBS = ["-lcupti", "-ldl", "-lpthread"]
 CACHE_KIND = "capture"  # the cache's folder for the recorder (runtime/build_cache.py)
@@ -110,18 +125,23 @@ def _compiler_id(cc: str) -> str:
 def build_command(cc: str, toolkit: Toolkit, out: Path) -> list[str]:
     includes = [f"-I{i}" for i in toolkit.include]
     rpath = f"-Wl,-rpath,{toolkit.lib}"
-    return [cc, *C_FLAGS, *includes, "-o", str(out), str(SOURCE), f"-L{toolkit.lib}", *LIBS, rpath]
+    sources = [str(path) for path in SOURCES]
+    return [cc, *C_FLAGS, *includes, "-o", str(out), *sources, f"-L{toolkit.lib}", *LIBS, rpath]
+
+
+def source_key() -> list[str]:
+    """Every unit's and header's name and text: a change to any of them is a new build."""
+    return [f"{path.name}\0{path.read_text(encoding='utf-8')}" for path in TEXTS]
 
 
 def build_recorder() -> Path:
-    """The recorder's shared library, compiled once per distinct (source, flags, compiler,
-    toolkit) and reused from the cache after that."""
+    """The recorder's shared library, compiled once per distinct (sources and header, flags,
+    compiler, toolkit) and reused from the cache after that."""
     toolkit = find_toolkit()
     cc = _compiler()
-    text = SOURCE.read_text(encoding="utf-8")
     placeholder = build_command(cc, toolkit, Path("OUT"))
     key = hashlib.sha256(
-        "\0".join([text, _compiler_id(cc), " ".join(placeholder)]).encode()
+        "\0".join([*source_key(), _compiler_id(cc), " ".join(placeholder)]).encode()
     ).hexdigest()[:24]
     out_dir = cache_dir(CACHE_KIND)
     lib = out_dir / f"egf_capture_recorder-{key}.so"

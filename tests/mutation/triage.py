@@ -93,7 +93,7 @@ TRIAGE: tuple[Entry, ...] = (
         "",
         "unreachable",
         "the recorder derives every scale snapshot's ptr, elements, ld and skip_col from the "
-        "launch's own arguments (egf_capture_recorder.c abi_snapshots); killed by no input "
+        "launch's own arguments (the recorder's rec_snapshot.c abi_snapshots); killed by no input "
         "since survivor case snapshot-regions-not-the-launches shifts body regions, which "
         "EGF003/EGF004 also fail through the hash of the shifted body",
     ),
