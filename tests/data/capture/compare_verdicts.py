@@ -65,7 +65,9 @@ def main(argv: list[str]) -> int:
                 print(f"{folder.name} ({how}): the committed verdicts")
             else:
                 differ += 1
-                print(f"{folder.name} ({how}): DIFFERS\n  recorded now: {got}\n  committed:    {want}")
+                print(
+                    f"{folder.name} ({how}): DIFFERS\n  recorded now: {got}\n  committed:    {want}"
+                )
     print(f"{compared} captures compared with their fixtures, {differ} audits differ")
     return 1 if differ or not compared else 0
 
