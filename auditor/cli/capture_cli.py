@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from egf_audit.cli.options import Debug, exit_codes, with_help
+from egf_audit.cli.options import SETTINGS_TABLE, Debug, exit_codes, with_help
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -20,7 +20,7 @@ def capture(
         Path | None,
         typer.Option(
             "--out",
-            help="The capture folder (default: capture in the [tool.egf-audit] table).",
+            help=f"The capture folder (default: capture in the {SETTINGS_TABLE} table).",
             metavar="DIR",
         ),
     ] = None,

@@ -19,9 +19,13 @@ from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from egf_audit.errors import AuditEnvironmentError, UsageError, one_line
 
+# Help texts are rich markup (the app's rich_markup_mode): a literal `[tool.egf-audit]` would be
+# read as a style tag and vanish from --help, so every help text that means brackets is escaped
+SETTINGS_TABLE = escape("[tool.egf-audit]")
 CI_LOG_WIDTH = 120  # a CI log is no terminal and has no COLUMNS: use a width that reads well
 NARROW = 80  # below this the verdicts are printed as lines, not a table
 OUTPUT_FORMATS = ("text", "json", "junit", "github")
@@ -119,7 +123,7 @@ Isolated = Annotated[
     bool,
     typer.Option(
         "--isolated",
-        help="Ignore the [tool.egf-audit] table of pyproject.toml (or egf-audit.toml).",
+        help=f"Ignore the {SETTINGS_TABLE} table of pyproject.toml (or egf-audit.toml).",
         metavar="",
     ),
 ]
@@ -128,10 +132,13 @@ Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of an e
 
 def with_help(*extra: str) -> Callable[[Callable], Callable]:
     """Use the docstring as help with each paragraph on one line: typer's rich mode keeps a
-    docstring's line breaks, which would break the wrapping at the terminal's width."""
+    docstring's line breaks, which would break the wrapping at the terminal's width. A
+    docstring is plain text, escaped for rich (its `[tool.egf-audit]` is no style tag); `extra`
+    is markup (EXIT_CODES)."""
 
     def wrap(fn: Callable) -> Callable:
-        paragraphs = [*inspect.cleandoc(fn.__doc__ or "").split("\n\n"), *extra]
+        docstring = inspect.cleandoc(fn.__doc__ or "")
+        paragraphs = [*escape(docstring).split("\n\n"), *extra]
         fn.__doc__ = "\n\n".join(" ".join(p.split()) for p in paragraphs)
         return fn
 
