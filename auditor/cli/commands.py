@@ -33,6 +33,7 @@ from egf_audit.oracle import warmup as oracle_warmup
 from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
 from egf_audit.reports import github
+from egf_audit.reports.blame import blame_lines
 from egf_audit.reports.document import (
     committed_sources,
     first_stale_line,
@@ -99,6 +100,8 @@ class RunOutcome:
     written: list[Path] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)  # `-` outputs and --output-format text
     annotations: list[str] = field(default_factory=list)  # GitHub workflow commands, for stdout
+    # per failed verdict (code, mode): "EGF007[sentinel] is blamed on FILE:LINE (...)"
+    blamed: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one-line warnings that change no exit code
     advice: str = ""  # for a stale document: the command that brings it up to date
     typed_out: str = ""  # --out as typed, for messages to the user who typed it
@@ -311,7 +314,9 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
                 "in the [tool.egf-audit] table of pyproject.toml (docs/ci-gate.md); if these "
                 f"sources are meant, {outcome.advice}"
             )
-    changed = _changed_lines(req, report, outcome) if _annotating(req.output_format) else {}
+    # the changed lines place the annotations, and the text's blame lines where --base asks
+    wanted = _annotating(req.output_format) or req.base_ref is not None
+    changed = _changed_lines(req, report, outcome) if wanted else {}
     _write_outputs(req, outcome, run, seconds, changed)
     return outcome
 
@@ -432,6 +437,7 @@ def deliver(
     outcome.stdout = outputs.stdout
     if _annotating(output_format):
         outcome.annotations = github.annotation_commands(gate, changed)
+    outcome.blamed = blame_lines(gate, changed)
     if github.in_github_actions():
         try:
             append_step_summary(step_summary(gate))

@@ -100,9 +100,9 @@ def run(
         str | None,
         typer.Option(
             "--base",
-            help="Under GitHub Actions (or --output-format github), annotate a failure on the "
-            "lines of the trainer's kernel file changed since this ref (default: "
-            "GITHUB_BASE_REF), else on the kernel's entry line.",
+            help="Place a failure (its annotation under GitHub Actions or --output-format "
+            "github, and its 'is blamed on' line) on the lines of the trainer's kernel file "
+            "changed since this ref (default: GITHUB_BASE_REF), else on the kernel's entry line.",
             metavar="REF",
         ),
     ] = None,
@@ -279,9 +279,15 @@ def _print_run(
     if quiet:
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
+            for line in outcome.blamed.get((r.code, r.mode), []):
+                err(line)
     info = report.run_info
     if table and isinstance(report, AuditReport):
         _print_evidence(human, report)
+    if table:  # the trainer's file and line of each failure (the annotations carry them too)
+        for lines in outcome.blamed.values():
+            for line in lines:
+                human.print(Text(line), soft_wrap=True)
     if table:
         print_verdicts(human, report)
     if table and "timings_s" in info:
