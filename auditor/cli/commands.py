@@ -39,6 +39,7 @@ from egf_audit.reports.document import (
     first_stale_line,
     render_document,
     stale_diff,
+    whitespace_only_lines,
 )
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
@@ -51,6 +52,7 @@ from egf_audit.scenarios.audit import Auditor, mode_scenarios
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")
 DEFAULT_STEPS = 2
+WHITESPACE_ONLY = "in whitespace only"  # a stale reason that is an editor's, not the sources'
 CUPY_EXTRAS = "pip install 'egf-audit[cuda13]' (CUDA 13) or 'egf-audit[cuda12]' (CUDA 12)"
 
 
@@ -308,7 +310,9 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
             )
     if gate.stale:
         outcome.advice = f"run `{typed_command(req, config)}` and commit it"
-        if gate.stale_reason.startswith("was made from other sources"):
+        if WHITESPACE_ONLY in gate.stale_reason:
+            outcome.advice = f"it {gate.stale_reason}; the sources are the same: {outcome.advice}"
+        elif gate.stale_reason.startswith("was made from other sources"):
             outcome.advice = f"it {gate.stale_reason}. " + (
                 'If the trainer\'s kernels are meant, pass --kernels DIR or set kernels = "DIR" '
                 "in the [tool.egf-audit] table of pyproject.toml (docs/ci-gate.md); if these "
@@ -365,7 +369,15 @@ def document_gate(
         return Gate(report, shown_out, checked=True)
     was, now = committed_sources(committed), committed_sources(document)
     reason = "differs from the regenerated audit"
-    if was is not None and now is not None and was != now:
+    spaces = whitespace_only_lines(committed, document)
+    if spaces:  # an editor's reformatting: the sources are the same
+        many = len(spaces) > 1
+        where = ", ".join(map(str, spaces[:-1])) + " and " * many + str(spaces[-1])
+        reason += (
+            f" {WHITESPACE_ONLY} (line{'s' * many} {where} of the committed file: an editor "
+            f"or formatter changed {'them' if many else 'it'})"
+        )
+    elif was is not None and now is not None and was != now:
         reason = f"was made from other sources ({was.rstrip('.')}) than this run audited ({now})"
     return Gate(
         report,
