@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, about_option
 from egf_audit.outputs.atomic import write_atomic
 
 from .build import build_recorder
@@ -165,41 +165,49 @@ def capture_target(out: Path) -> Path:
     purpose. A dangling link names the folder to create."""
     target = Path(os.path.realpath(out))
     if target.parent == target:
-        raise UsageError(f"--out {out}: a capture cannot replace the root folder")
+        raise _out_error(out, ": a capture cannot replace the root folder")
     cwd = Path(os.path.realpath(os.curdir))
     if target == cwd or target in cwd.parents:
-        raise UsageError(
-            f"--out {out} holds the current folder, where the command runs; a capture replaces "
-            "that folder as a whole: name a folder beside or below it"
+        raise _out_error(
+            out,
+            " holds the current folder, where the command runs; a capture replaces that folder "
+            "as a whole: name a folder beside or below it",
         )
     try:
         mode = target.stat().st_mode
         if not stat.S_ISDIR(mode):
-            raise UsageError(
-                f"--out {out} is not a folder but a file; a capture writes a folder there: name "
-                "a new folder, an empty one, or an earlier capture"
+            raise _out_error(
+                out,
+                " is not a folder but a file; a capture writes a folder there: name a new "
+                "folder, an empty one, or an earlier capture",
             )
         entries = sorted(target.iterdir())
     except FileNotFoundError:
         return target
     except OSError as exc:
-        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+        raise _out_error(out, f": {exc.strerror or exc}") from None
     if not entries:
         return target
     foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if not _is_capture_file(p)]
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise UsageError(
-            f"--out {out} holds {', '.join(foreign[:3])}{more}: it is no egf-audit capture "
-            "folder, and a capture replaces its folder as a whole: name a new or empty folder"
+        raise _out_error(
+            out,
+            f" holds {', '.join(foreign[:3])}{more}: it is no egf-audit capture folder, and a "
+            "capture replaces its folder as a whole: name a new or empty folder",
         )
     if not any(p.name == "manifest.json" or fnmatchcase(p.name, EVENTS_GLOB) for p in entries):
-        raise UsageError(
-            f"--out {out} holds no manifest.json and no events-*.jsonl: it is no egf-audit "
-            "capture folder, and a capture replaces its folder as a whole: name a new or "
-            "empty folder"
+        raise _out_error(
+            out,
+            " holds no manifest.json and no events-*.jsonl: it is no egf-audit capture folder, "
+            "and a capture replaces its folder as a whole: name a new or empty folder",
         )
     return target
+
+
+def _out_error(out: Path, said: str) -> UsageError:
+    """`--out OUT<said>`, about the value of --out (a settings file's `capture` names it)."""
+    return about_option(UsageError(f"--out {out}{said}"), "out", said.removeprefix(": ").lstrip())
 
 
 def _check_layout(layout: Path, out: Path, target: Path) -> None:

@@ -28,7 +28,7 @@ from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct, gate_outputs
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
-from egf_audit.errors import AuditEnvironmentError
+from egf_audit.errors import AuditEnvironmentError, about_option
 from egf_audit.oracle import warmup as oracle_warmup
 from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
@@ -203,7 +203,10 @@ def pick_backend(
         backend = select_backend(device, kernels, launch_timeout_s)
     except AuditEnvironmentError as exc:
         if device == "cuda" and importlib.util.find_spec("cupy") is None:
-            raise AuditEnvironmentError(f"{exc}; install CuPy: {CUPY_EXTRAS}") from None
+            advice = f"; install CuPy: {CUPY_EXTRAS}"
+            raise about_option(
+                AuditEnvironmentError(f"{exc}{advice}"), "device", f"{exc.problem or exc}{advice}"
+            ) from None
         raise
     if device != "auto":
         return backend, f"{backend.name} (--device {device})"
@@ -434,7 +437,7 @@ def deliver(
     gate = outcome.gate
     outputs = Outputs()
     if not to.check:
-        outputs.add(to.out, outcome.document)
+        outputs.add(to.out, outcome.document, option="out")
     json_text = render_json(gate, outcome.exit_code)
     junit_text = render_junit(gate, seconds)
     outputs.add(to.json_out, json_text)

@@ -11,25 +11,31 @@
 Found as ruff and black find theirs: from the working folder upwards, the first folder with an
 `egf-audit.toml`, or a `pyproject.toml` that has the table, wins; the search stops at the
 repository's root (the first folder holding `.git`), so a checkout never picks up a file of the
-folder it was cloned into. The folder of that file is the project root; without one, the
-repository root; outside a repository, the working folder. Default outputs are relative to the
-project root, so the gate finds the committed document from any subfolder.
+folder it was cloned into. A folder with both (`egf-audit.toml` beside a `pyproject.toml` that
+has the table) is refused, naming both: whichever one silently won, the user may be editing the
+other. The folder of that file is the project root; without one, the repository root; outside a
+repository, the working folder. Default outputs are relative to the project root, so the gate
+finds the committed document from any subfolder.
 
-Command-line options override the table; `--isolated` ignores it. Reading imports nothing heavy
-(`egf-audit --help` and `explain` stay quick).
+Command-line options override the table; `--isolated` ignores it. An error about a value the
+table gave names the key and the file (`kernels = "k" ([tool.egf-audit] in pyproject.toml): no
+such directory`), never the option the user did not type (`ProjectSettings.naming`). Reading
+imports nothing heavy (`egf-audit --help` and `explain` stay quick).
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
 import typer
 
-from egf_audit.errors import UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.small_files import MAX_BYTES, read_small_text
 
 TABLE = "tool.egf-audit"
@@ -58,10 +64,11 @@ class ProjectSettings:
 
     @property
     def source(self) -> str:
-        """The file and table, as a message names them."""
+        """The file and table, as a message names them (the file as the working folder reaches
+        it)."""
         if self.file is None:
             return "no settings file"
-        return _where(self.file, self.file.name)
+        return _where(self.file, near(self.file).as_posix())
 
     def spelled(self, key: str) -> str:
         """`key` as the user wrote it, for a message: `capture = "c" (egf-audit.toml)`."""
@@ -69,6 +76,23 @@ class ProjectSettings:
         if isinstance(value, Path) and self.file is not None:
             value = Path(os.path.relpath(value, self.file.parent)).as_posix()
         return f'{key} = "{value}" ({self.source})'
+
+    @contextmanager
+    def naming(
+        self, keys: Iterable[str], option_key: dict[str, str] | None = None
+    ) -> Iterator[None]:
+        """An error about the value of an option the table gave (`keys`: the table's keys that
+        supplied a value) names the key and this file instead of the option
+        (`errors.about_option`); same kind of error, same exit code. `option_key`: an option
+        whose value comes from a key of another name (`capture --out` from `capture`)."""
+        given = {key for key in keys if getattr(self, key) is not None}
+        try:
+            yield
+        except (UsageError, AuditEnvironmentError) as exc:
+            key = (option_key or {}).get(exc.option or "", exc.option)
+            if self.file is None or key not in given:
+                raise
+            raise type(exc)(f"{self.spelled(key)}: {exc.problem}") from None
 
 
 @overload
@@ -98,21 +122,28 @@ def find_settings(start: Path | None = None, isolated: bool = False) -> ProjectS
         return ProjectSettings(root=repo or here)
     for folder in (here, *here.parents):
         own = folder / OWN_FILE
+        pyproject = folder / "pyproject.toml"
+        table = _table(pyproject) if pyproject.exists() else None
+        if own.exists() and table is not None:
+            raise UsageError(
+                f"two settings files: {near(own).as_posix()} and the [{TABLE}] table of "
+                f"{near(pyproject).as_posix()}; keep one (egf-audit reads one settings file, "
+                "docs/ci-gate.md)"
+            )
         if own.exists():
             return _settings(own, _read_toml(own))
-        pyproject = folder / "pyproject.toml"
-        if pyproject.exists():
-            data = _read_toml(pyproject)
-            table = (
-                data.get("tool", {}).get("egf-audit")
-                if isinstance(data.get("tool"), dict)
-                else None
-            )
-            if table is not None:
-                return _settings(pyproject, table)
+        if table is not None:
+            return _settings(pyproject, table)
         if folder == repo:
             break
     return ProjectSettings(root=repo or here)
+
+
+def _table(pyproject: Path) -> object:
+    """The [tool.egf-audit] table of a pyproject.toml, None where it has none."""
+    data = _read_toml(pyproject)
+    tool = data.get("tool")
+    return tool.get("egf-audit") if isinstance(tool, dict) else None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -124,13 +155,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _where(file: Path, spelled: str) -> str:
-    """A settings file as a message names it: egf-audit.toml by name, a pyproject.toml by its
-    table and `spelled` (its name, or its path where the user must find it)."""
-    return file.name if file.name == OWN_FILE else f"[{TABLE}] in {spelled}"
+    """A settings file as a message names it: egf-audit.toml as `spelled` (its path as the
+    working folder reaches it), a pyproject.toml by its table and `spelled`."""
+    return spelled if file.name == OWN_FILE else f"[{TABLE}] in {spelled}"
 
 
 def _settings(file: Path, table: object) -> ProjectSettings:
-    where = _where(file, str(file))
+    where = _where(file, near(file.absolute()).as_posix())
     if not isinstance(table, dict):
         raise UsageError(f"{where}: must be a table of settings")
     known = (*PATH_KEYS, *TEXT_KEYS)

@@ -135,8 +135,14 @@ def run(
     if not given(ctx, "capture"):
         capture = settings.capture
     root = settings.root if settings.file is not None else None
+    # the options the settings file supplied: an error about one names its key and the file
+    from_settings = frozenset(
+        key
+        for key in ("device", "preset", "config", "kernels", "out", "capture")
+        if not given(ctx, key) and getattr(settings, key) is not None
+    )
     if capture is not None:
-        with exit_codes(debug):
+        with exit_codes(debug), settings.naming(from_settings):
             check_output_format(output_format)
             refuse_for_capture(ctx, settings)
             from egf_audit.cli import capture_commands
@@ -154,15 +160,10 @@ def run(
             )
             outcome = capture_commands.run_capture_audit(capture_request)
         _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
-    with exit_codes(debug):
+    with exit_codes(debug), settings.naming(from_settings):
         check_output_format(output_format)
         from egf_audit.cli import commands  # torch, numpy and the pipeline load here
 
-        from_settings = frozenset(
-            key
-            for key in ("device", "preset", "config", "kernels", "out")
-            if not given(ctx, key) and getattr(settings, key) is not None
-        )
         request = commands.RunRequest(
             device=setting(ctx, settings, "device", device),
             preset=setting(ctx, settings, "preset", preset),
