@@ -4,6 +4,7 @@ error or a reason is printed in."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypeVar
 
 
@@ -12,6 +13,7 @@ class UsageError(ValueError):
 
     option: str | None = None  # the option whose value this is about: "kernels" (about_option)
     problem: str = ""  # what is wrong with that value, without naming the option
+    at: tuple[Path, int | None] | None = None  # the file (and line) it is about (at_file)
 
 
 class AuditEnvironmentError(RuntimeError):
@@ -20,6 +22,7 @@ class AuditEnvironmentError(RuntimeError):
 
     option: str | None = None
     problem: str = ""
+    at: tuple[Path, int | None] | None = None
 
 
 Error = TypeVar("Error", UsageError, AuditEnvironmentError)
@@ -32,6 +35,13 @@ def about_option(error: Error, option: str, problem: str | None = None) -> Error
     option's name (default: the whole message)."""
     error.option = option
     error.problem = str(error) if problem is None else problem
+    return error
+
+
+def at_file(error: Error, file: Path, line: int | None = None) -> Error:
+    """`error`, marked as being about `file` (a settings file) and, where known, its `line`:
+    under GitHub Actions its annotation goes there (cli/options.py)."""
+    error.at = (file, line)
     return error
 
 

@@ -10,7 +10,6 @@ is a warning that holds: one `::notice`, not one `::warning` per mode.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -20,6 +19,7 @@ from egf_audit.reports.environment import environment_markdown
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, CaptureReport, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
+from egf_audit.reports.workflow import command
 
 if TYPE_CHECKING:
     from egf_audit.invariants import Result
@@ -27,27 +27,6 @@ if TYPE_CHECKING:
 # the versions the step summary names, where the run info holds them
 Version = Literal["python", "numpy", "torch", "cupy"]
 VERSIONS: tuple[Version, ...] = ("python", "numpy", "torch", "cupy")
-
-
-def in_github_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
-
-
-def escape_data(text: str) -> str:
-    """A workflow command's message: %, CR and LF would end or corrupt the command."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A property value (title=, file=) also may not hold the `:` and `,` that delimit them."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def command(level: str, message: str, **properties: object) -> str:
-    props = ",".join(
-        f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None
-    )
-    return f"::{level}{' ' + props if props else ''}::{escape_data(message)}"
 
 
 def annotation_commands(

@@ -308,3 +308,59 @@ def test_mutants_reads_the_table_too(workdir):
     assert 'kernels = "no-such-kernels" (egf-audit.toml): no such directory' in result.stderr
     isolated = invoke("mutants", "--device", "cpu", "--only", "no-such-fault", "--isolated")
     assert "no-such-kernels" not in isolated.stderr
+
+
+# ---- under GitHub Actions: an error is an annotation and a step summary too ----
+def test_a_settings_error_under_github_actions_is_annotated_on_its_line_and_summarised(
+    workdir, monkeypatch
+):
+    """Exit 2 before any audit ran still tells the pull request why: one ::error on the
+    settings file's line, and the step summary says the gate did not run."""
+    text = '[project]\nname = "trainer"\n\n[tool.egf-audit]\npreset = "ci"\nkernel = "k"\n'
+    write(workdir / "pyproject.toml", text)
+    summary = workdir / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    (workdir / "src").mkdir()
+    os.chdir(workdir / "src")
+    result = invoke("run", "--device", "cpu")
+    assert result.exit_code == 2
+    message = "[tool.egf-audit] in ../pyproject.toml: unknown key 'kernel' (known: "
+    annotation = "::error title=egf-audit (exit 2),file=pyproject.toml,line=6::" + message
+    assert [line for line in result.stdout.splitlines() if line.startswith(annotation)]
+    said = summary.read_text()
+    assert said.startswith("## egf-audit: ERROR (exit 2), no audit ran\n")
+    assert f"egf-audit: error: {message}" in said
+    # a value the table gave: on its key's line, with the exit code of the error
+    write(workdir / "pyproject.toml", text.replace('kernel = "k"', 'kernels = "nope"'))
+    missing = invoke("run", "--device", "cpu")
+    assert missing.exit_code == 3
+    assert "::error title=egf-audit (exit 3),file=pyproject.toml,line=6::kernels = " in (
+        missing.stdout
+    )
+    # a bad TOML line, and an error no file is to blame for
+    write(workdir / "egf-audit.toml", 'preset = "ci"\ndevice = \n')
+    (workdir / "pyproject.toml").unlink()
+    bad = invoke("run")
+    assert "::error title=egf-audit (exit 2),file=egf-audit.toml,line=2::" in bad.stdout
+    (workdir / "egf-audit.toml").unlink()
+    usage = invoke("run", "--mode", "sideways")
+    assert "::error title=egf-audit (exit 2)::unknown mode 'sideways'" in usage.stdout
+    assert summary.read_text().count("## egf-audit: ERROR (exit 2)") == 3
+
+
+def test_a_usage_error_typer_finds_is_annotated_too(workdir, monkeypatch, capsys):
+    from egf_audit.cli.app import run_app
+
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "summary.md"))
+    assert run_app(["run", "--no-such-option"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("::error title=egf-audit (exit 2)::No such option: --no-such-option")
+    assert "No such option" in (workdir / "summary.md").read_text()
+
+
+def test_no_error_annotation_outside_github_actions(workdir):
+    write(workdir / "pyproject.toml", '[tool.egf-audit]\nkernel = "k"\n')
+    result = invoke("run", "--device", "cpu")
+    assert result.exit_code == 2 and "::error" not in result.output

@@ -44,6 +44,7 @@ from egf_audit.reports.document import (
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
 from egf_audit.reports.model import AuditReport, CaptureReport, Gate, RunInfo
+from egf_audit.reports.workflow import in_github_actions
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
@@ -329,7 +330,7 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
 
 
 def _annotating(output_format: str) -> bool:
-    return github.in_github_actions() or output_format == "github"
+    return in_github_actions() or output_format == "github"
 
 
 def _changed_lines(
@@ -453,7 +454,7 @@ def deliver(
     if _annotating(output_format):
         outcome.annotations = github.annotation_commands(gate, changed)
     outcome.blamed = blame_lines(gate, changed)
-    if github.in_github_actions():
+    if in_github_actions():
         try:
             append_step_summary(step_summary(gate))
         except OSError as exc:

@@ -26,16 +26,17 @@ imports nothing heavy (`egf-audit --help` and `explain` stay quick).
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
 import typer
 
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, Error, UsageError, at_file
 from egf_audit.small_files import MAX_BYTES, read_small_text
 
 TABLE = "tool.egf-audit"
@@ -61,6 +62,7 @@ class ProjectSettings:
     out: Path | None = None
     device: str | None = None
     capture: Path | None = None
+    text: str = field(default="", repr=False, compare=False)  # the file's text, for key lines
 
     @property
     def source(self) -> str:
@@ -88,11 +90,22 @@ class ProjectSettings:
         given = {key for key in keys if getattr(self, key) is not None}
         try:
             yield
-        except (UsageError, AuditEnvironmentError) as exc:
-            key = (option_key or {}).get(exc.option or "", exc.option)
-            if self.file is None or key not in given:
-                raise
-            raise type(exc)(f"{self.spelled(key)}: {exc.problem}") from None
+        except UsageError as exc:
+            raise self._renamed(exc, given, option_key) from None
+        except AuditEnvironmentError as exc:
+            raise self._renamed(exc, given, option_key) from None
+
+    def _renamed(self, exc: Error, given: set[str], option_key: dict[str, str] | None) -> Error:
+        key = (option_key or {}).get(exc.option or "", exc.option)
+        if self.file is None or key is None or key not in given:
+            return exc
+        return self.at(type(exc)(f"{self.spelled(key)}: {exc.problem}"), key)
+
+    def at(self, error: Error, key: str | None = None) -> Error:
+        """`error`, marked as being about this file's line that sets `key` (errors.at_file)."""
+        if self.file is None:
+            return error
+        return at_file(error, self.file, key_line(self.file, self.text, key))
 
 
 @overload
@@ -123,35 +136,61 @@ def find_settings(start: Path | None = None, isolated: bool = False) -> ProjectS
     for folder in (here, *here.parents):
         own = folder / OWN_FILE
         pyproject = folder / "pyproject.toml"
-        table = _table(pyproject) if pyproject.exists() else None
+        text, data = _read_toml(pyproject) if pyproject.exists() else ("", {})
+        tool = data.get("tool")
+        table = tool.get("egf-audit") if isinstance(tool, dict) else None
         if own.exists() and table is not None:
-            raise UsageError(
-                f"two settings files: {near(own).as_posix()} and the [{TABLE}] table of "
-                f"{near(pyproject).as_posix()}; keep one (egf-audit reads one settings file, "
-                "docs/ci-gate.md)"
+            raise at_file(
+                UsageError(
+                    f"two settings files: {near(own).as_posix()} and the [{TABLE}] table of "
+                    f"{near(pyproject).as_posix()}; keep one (egf-audit reads one settings "
+                    "file, docs/ci-gate.md)"
+                ),
+                own.absolute(),
             )
         if own.exists():
-            return _settings(own, _read_toml(own))
+            return _settings(own, *_read_toml(own))
         if table is not None:
-            return _settings(pyproject, table)
+            return _settings(pyproject, text, table)
         if folder == repo:
             break
     return ProjectSettings(root=repo or here)
 
 
-def _table(pyproject: Path) -> object:
-    """The [tool.egf-audit] table of a pyproject.toml, None where it has none."""
-    data = _read_toml(pyproject)
-    tool = data.get("tool")
-    return tool.get("egf-audit") if isinstance(tool, dict) else None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    text = read_small_text(path, "settings file", limit=MAX_SETTINGS_BYTES)
+def _read_toml(path: Path) -> tuple[str, dict[str, Any]]:
+    """The text of a settings file and its TOML; an error names the file (and TOML's line)."""
     try:
-        return tomllib.loads(text)
+        text = read_small_text(path, "settings file", limit=MAX_SETTINGS_BYTES)
+    except UsageError as exc:
+        raise at_file(exc, path.absolute()) from None
+    try:
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+        line = re.search(r"at line (\d+)", str(exc))
+        raise at_file(
+            UsageError(f"{path}: not valid TOML: {exc}"),
+            path.absolute(),
+            int(line.group(1)) if line else None,
+        ) from None
+
+
+def key_line(file: Path, text: str, key: str | None) -> int | None:
+    """The line (1-based) of the settings file that sets `key`, or (None, or a key it does not
+    set) that opens the table; None where neither is found (a dotted or inline table)."""
+    own = file.name == OWN_FILE  # its keys sit at the top level, before any [table]
+    inside, header = own, 1 if own else None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            inside = _TABLE_HEADER.match(stripped) is not None
+            header = number if inside and header is None else header
+        elif inside and key is not None and re.match(_KEY % re.escape(key), stripped):
+            return number
+    return header
+
+
+_TABLE_HEADER = re.compile(r"\[\s*tool\s*\.\s*(egf-audit|\"egf-audit\"|'egf-audit')\s*\]")
+_KEY = r"""["']?%s["']?\s*="""  # `key = ...`, the key bare or quoted
 
 
 def _where(file: Path, spelled: str) -> str:
@@ -160,31 +199,38 @@ def _where(file: Path, spelled: str) -> str:
     return spelled if file.name == OWN_FILE else f"[{TABLE}] in {spelled}"
 
 
-def _settings(file: Path, table: object) -> ProjectSettings:
+def _settings(file: Path, text: str, table: object) -> ProjectSettings:
     where = _where(file, near(file.absolute()).as_posix())
+
+    def refuse(message: str, key: str | None = None) -> UsageError:
+        return at_file(
+            UsageError(f"{where}: {message}"), file.absolute(), key_line(file, text, key)
+        )
+
     if not isinstance(table, dict):
-        raise UsageError(f"{where}: must be a table of settings")
+        raise refuse("must be a table of settings")
     known = (*PATH_KEYS, *TEXT_KEYS)
     unknown = sorted(set(table) - set(known))
     if unknown:
-        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        raise refuse(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})", unknown[0])
     values: dict[str, Any] = {}
     for key, value in table.items():
         if not isinstance(value, str) or not value.strip():
-            raise UsageError(f"{where}: {key} must be a non-empty string, got {value!r}")
+            raise refuse(f"{key} must be a non-empty string, got {value!r}", key)
         values[key] = (file.parent / value).absolute() if key in PATH_KEYS else value
     if values.get("device", "auto") not in DEVICES:
-        raise UsageError(
-            f"{where}: device must be one of {', '.join(DEVICES)}, got {values['device']!r}"
+        raise refuse(
+            f"device must be one of {', '.join(DEVICES)}, got {values['device']!r}", "device"
         )
     if "capture" in values:
         clash = [key for key in REBUILD_KEYS if key in values]
         if clash:
-            raise UsageError(
-                f"{where}: capture makes `egf-audit run` audit the capture, which "
-                f"{', '.join(clash)} cannot shape: keep one way of gating per settings file"
+            raise refuse(
+                f"capture makes `egf-audit run` audit the capture, which {', '.join(clash)} "
+                "cannot shape: keep one way of gating per settings file",
+                "capture",
             )
-    return ProjectSettings(root=file.parent.absolute(), file=file.absolute(), **values)
+    return ProjectSettings(root=file.parent.absolute(), file=file.absolute(), text=text, **values)
 
 
 def given(ctx: typer.Context, name: str) -> bool:

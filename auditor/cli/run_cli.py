@@ -215,12 +215,13 @@ def refuse_for_capture(ctx: typer.Context, settings: ProjectSettings) -> None:
     if named:
         flags = ", ".join("--" + name.replace("_", "-") for name in named)
         source = "" if given(ctx, "capture") else f" ({settings.spelled('capture')})"
-        raise UsageError(
+        error = UsageError(
             f"{flags} shape{'s' * (len(named) == 1)} the rebuild and mean{'s' * (len(named) == 1)} "
             f"nothing for --capture{source} (the capture recorded the trainer as it ran): leave "
             f"{'it' if len(named) == 1 else 'them'} out"
             + (", or --isolated to ignore the settings file" if source else "")
         )
+        raise settings.at(error, "capture") if source else error
 
 
 def _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace) -> None:
