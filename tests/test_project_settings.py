@@ -364,3 +364,41 @@ def test_no_error_annotation_outside_github_actions(workdir):
     write(workdir / "pyproject.toml", '[tool.egf-audit]\nkernel = "k"\n')
     result = invoke("run", "--device", "cpu")
     assert result.exit_code == 2 and "::error" not in result.output
+
+
+# ---- what the table may write ----
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("out", "../outside-doc.md"),
+        ("out", "docs/../../outside-doc.md"),
+        ("out", "{outside}/outside-doc.md"),  # absolute
+        ("out", "linked/outside-doc.md"),  # a folder of the repository linked outside it
+        ("capture", "../outside-capture"),
+    ],
+)
+def test_an_output_path_from_the_table_must_stay_inside_the_repository(workdir, key, value):
+    """A pull request can change the table: a path it names for egf-audit to write must not
+    leave the repository. Refused in one line (exit 2) before anything runs."""
+    outside = workdir.parent / f"{workdir.name}-outside"
+    outside.mkdir()
+    (workdir / "linked").symlink_to(outside)
+    value = value.format(outside=outside)
+    write(workdir / "pyproject.toml", f'[tool.egf-audit]\n{key} = "{value}"\n')
+    result = invoke("run", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        f'egf-audit: error: {key} = "{value}" ([tool.egf-audit] in pyproject.toml): lies outside '
+        "the repository"
+    )
+    assert not (workdir.parent / "outside-doc.md").exists() and not list(outside.iterdir())
+
+
+def test_the_command_lines_out_may_name_any_path(fake, workdir):
+    """What the user typed is theirs to choose: --out outside the repository is written."""
+    elsewhere = workdir.parent / f"{workdir.name}-elsewhere" / "doc.md"
+    write(workdir / "pyproject.toml", '[tool.egf-audit]\nout = "docs/audit.md"\n')
+    result = invoke("run", "--device", "cpu", "--out", elsewhere)
+    assert result.exit_code == 0, result.output
+    assert elsewhere.exists()

@@ -43,6 +43,9 @@ TABLE = "tool.egf-audit"
 OWN_FILE = "egf-audit.toml"
 MAX_SETTINGS_BYTES = MAX_BYTES  # refused unread beyond it, as a FIFO or a device is
 PATH_KEYS = ("kernels", "config", "out", "capture")
+# what egf-audit writes where the table says: a pull request can change the table, so these
+# must stay inside the repository (symlinks followed); --out on the command line is the user's
+OUTPUT_KEYS = ("out", "capture")
 TEXT_KEYS = ("preset", "device")
 DEVICES = ("auto", "cuda", "cpu")
 # what a capture audit cannot use: naming them beside `capture` would be ignored by a bare run
@@ -149,9 +152,9 @@ def find_settings(start: Path | None = None, isolated: bool = False) -> ProjectS
                 own.absolute(),
             )
         if own.exists():
-            return _settings(own, *_read_toml(own))
+            return _settings(own, *_read_toml(own), bound=repo)
         if table is not None:
-            return _settings(pyproject, text, table)
+            return _settings(pyproject, text, table, bound=repo)
         if folder == repo:
             break
     return ProjectSettings(root=repo or here)
@@ -193,13 +196,19 @@ _TABLE_HEADER = re.compile(r"\[\s*tool\s*\.\s*(egf-audit|\"egf-audit\"|'egf-audi
 _KEY = r"""["']?%s["']?\s*="""  # `key = ...`, the key bare or quoted
 
 
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _where(file: Path, spelled: str) -> str:
     """A settings file as a message names it: egf-audit.toml as `spelled` (its path as the
     working folder reaches it), a pyproject.toml by its table and `spelled`."""
     return spelled if file.name == OWN_FILE else f"[{TABLE}] in {spelled}"
 
 
-def _settings(file: Path, text: str, table: object) -> ProjectSettings:
+def _settings(file: Path, text: str, table: object, bound: Path | None) -> ProjectSettings:
+    """`bound`: the repository root (None outside one: the file's own folder), which the
+    table's output paths must stay inside."""
     where = _where(file, near(file.absolute()).as_posix())
 
     def refuse(message: str, key: str | None = None) -> UsageError:
@@ -218,6 +227,19 @@ def _settings(file: Path, text: str, table: object) -> ProjectSettings:
         if not isinstance(value, str) or not value.strip():
             raise refuse(f"{key} must be a non-empty string, got {value!r}", key)
         values[key] = (file.parent / value).absolute() if key in PATH_KEYS else value
+    inside = os.path.realpath(bound or file.parent)
+    for key in OUTPUT_KEYS:
+        if key in values and not _within(os.path.realpath(values[key]), inside):
+            elsewhere = "--out" if key == "out" else "--out of `egf-audit capture`"
+            raise at_file(
+                UsageError(
+                    f'{key} = "{table[key]}" ({where}): lies outside the repository {inside}: '
+                    "a path the settings file has egf-audit write must stay inside it (a pull "
+                    f"request can change the file); to write elsewhere, pass {elsewhere}"
+                ),
+                file.absolute(),
+                key_line(file, text, key),
+            )
     if values.get("device", "auto") not in DEVICES:
         raise refuse(
             f"device must be one of {', '.join(DEVICES)}, got {values['device']!r}", "device"
