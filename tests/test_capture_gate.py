@@ -138,3 +138,25 @@ def test_a_trainer_that_died_of_a_signal_fails_as_incomplete(tmp_path):
     assert result.exit_code == 1
     last = result.stdout.strip().splitlines()[-1]
     assert "the captured command died of signal 9 (SIGKILL) (manifest.json)" in last
+
+
+def test_run_capture_prints_nothing_on_stderr_but_its_own_lines(tmp_path):
+    """A real process, warnings on as Python shows them by default: a library's warning (torch's
+    'The given NumPy array is not writable' for the capture's read-only snapshot arrays) is
+    noise in every CI log, and hides the lines that matter."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    argv = ["run", "--capture", str(DATA / "clean"), "--out", str(tmp_path / "d.md")]
+    done = subprocess.run(
+        [sys.executable, "-m", "egf_audit", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    foreign = [line for line in done.stderr.splitlines() if not line.startswith("egf-audit: ")]
+    assert foreign == []
