@@ -55,6 +55,7 @@ from pathlib import Path
 from egf_audit.errors import AuditEnvironmentError, UsageError, about_option
 from egf_audit.outputs.atomic import write_atomic
 
+from . import driver
 from .build import build_recorder
 from .convert import to_trace
 from .events import EVENTS_GLOB, ProcessCapture, read_capture
@@ -122,12 +123,26 @@ def _environment(
     return env
 
 
+def _ended(code: int) -> str:
+    """How the command ended, worded as the command's own (egf-audit's exit code is 3 here)."""
+    return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
 def _diagnose(procs: list[ProcessCapture], code: int) -> None:
-    """The exit-3 line when the capture recorded nothing usable."""
+    """The exit-3 line when the capture recorded nothing usable. No process at all: the driver
+    never loaded the recorder, which is what a machine without a usable GPU gives, so the
+    driver is asked whether there is one."""
     if not procs:
+        no_gpu = driver.no_gpu_reason()
+        if no_gpu is not None:
+            raise AuditEnvironmentError(
+                f"egf-audit capture needs a usable NVIDIA GPU and this machine has none "
+                f"({no_gpu}): the CUDA driver loads the recorder into the command when it "
+                f"initialises CUDA; the command ran without it and {_ended(code)}"
+            )
         raise AuditEnvironmentError(
-            f"the recorder was not loaded into the command (exit {code}): it initialised no "
-            "CUDA driver (no GPU, or no CUDA use), or the driver refused the injected library"
+            f"the recorder was not loaded into the command, which {_ended(code)}: it "
+            "initialised no CUDA (no CUDA use), or the driver refused the injected library"
         )
     for p in procs:
         status = p.init.get("subscribe", 0)
@@ -140,7 +155,7 @@ def _diagnose(procs: list[ProcessCapture], code: int) -> None:
             raise AuditEnvironmentError(f"process {p.pid}: cuptiSubscribe failed ({p.notes[-1:]})")
     if not any(p.records for p in procs):
         raise AuditEnvironmentError(
-            f"the command recorded no launch at all (exit {code}): it never ran GPU work"
+            f"the command recorded no launch at all (it {_ended(code)}): it never ran GPU work"
         )
 
 

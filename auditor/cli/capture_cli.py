@@ -69,8 +69,9 @@ def capture(
     """Run the trainer's own command with egf-audit's recorder injected (CUPTI) and write its
     launches, GEMMs and snapshots to --out; then `egf-audit run --capture DIR` audits it.
 
-    Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a GPU is
-    missing, the recorder did not load, or the command recorded no launch."""
+    Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a usable
+    GPU is missing (the CUDA driver is asked), the recorder did not load, or the command
+    recorded no launch."""
     with exit_codes(debug):
         # the table's capture folder, unless --out names one: an error about it names the key
         settings = find_settings() if out is None else ProjectSettings(root=Path.cwd())
