@@ -191,6 +191,6 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
     if not any(p.capture.sp14 for p in audit.processes):
         audit.missing.append(
             f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "
-            f"was launched in the {len(procs)} recorded processes"
+            f"was launched in the {len(procs)} recorded process{'es' * (len(procs) != 1)}"
         )
     return audit
