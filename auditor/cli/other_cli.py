@@ -71,7 +71,7 @@ def mutants(
     """
     stdout, stderr = consoles()
     if list_faults:
-        from egf_audit.cli.tables import fault_list
+        from egf_audit.cli.fault_list import fault_list  # no torch: the list is static text
         from egf_audit.scenarios.faults import FAULTS
 
         stdout.print(fault_list(FAULTS))
