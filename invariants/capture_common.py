@@ -38,7 +38,7 @@ MIX64_STEP, MIX64_M1, MIX64_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D04
 MIX64_CHUNK = 1 << 20  # elements mixed at a time: bounds the temporaries to a few MiB
 
 
-# ---- the contract (SPEC section 3), from the layout's dims ----
+# ---- the contract (kernels/CONTRACT.md, sections 3 and 5), from the layout's dims ----
 @dataclass(frozen=True)
 class Dims:
     """The dimensions the capture's launches are held to: the layout file's `dims`, or what the

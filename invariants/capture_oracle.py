@@ -20,8 +20,8 @@ calls before N applied, none of N's):
 - `before_polyak`: before the step's `polyak_ema`; `step_end`: after it.
 
 The Adam step count is the step's place in the process (1 for the first step): a trainer that
-starts fresh. The dims are the layout file's; the hyper-parameters are SPEC section 2's
-(`CaptureTrace.hyper`).
+starts fresh. The dims are the layout file's; the hyper-parameters are the contract's
+(kernels/CONTRACT.md, section 2; `CaptureTrace.hyper`).
 """
 
 from __future__ import annotations

@@ -111,7 +111,11 @@ def polyak_error_ulps(
     nearly cancel (a parameter crossing zero) the result's own ulp is far below those
     roundings, so the ulp is taken at the terms' magnitude; elsewhere the two agree."""
     if isinstance(online, np.ndarray):
-        host = [torch.from_numpy(np.ascontiguousarray(a)) for a in (online, start, end)]
+        # a capture's arrays are read-only views of its files, which torch.from_numpy would
+        # share and warn about: a writable copy where one is needed (the values are read only)
+        host = [
+            torch.from_numpy(np.require(a, requirements=("C", "W"))) for a in (online, start, end)
+        ]
         return polyak_error_ulps(host[0], host[1], host[2], tau).numpy()
     assert isinstance(start, torch.Tensor) and isinstance(end, torch.Tensor)
     o, t, e = online.double(), start.double(), end.double()

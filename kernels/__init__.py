@@ -35,7 +35,7 @@ class KernelSpec:
     params: tuple[tuple[str, str], ...]  # (name, C type) in signature order
     threads: Callable[[dict], int]  # threads the launch must cover
     accesses: tuple[Access, ...]
-    abi: bool = False  # one of the four SPEC section 3 kernels
+    abi: bool = False  # one of the four fixed ABI kernels (CONTRACT.md, section 3)
 
     @property
     def file(self) -> str:
@@ -75,7 +75,7 @@ def _rows(a: dict) -> int:
 F, CF, I, CI = "float*", "const float*", "int*", "const int*"
 
 KERNELS: tuple[KernelSpec, ...] = (
-    # ---- the fixed ABI (SPEC section 3) ----
+    # ---- the fixed ABI (CONTRACT.md, section 3) ----
     KernelSpec(
         "sp14_dir_concat_qaux",
         (

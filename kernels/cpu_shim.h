@@ -82,7 +82,7 @@ inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 // Threads run one after another, so an atomic add is a plain add: allowed only where a
-// sequential execution gives the same result (SPEC section 3).
+// sequential execution gives the same result (CONTRACT.md, section 3).
 inline float atomicAdd(float* a, float v) { float old = *a; *a = old + v; return old; }
 inline int atomicAdd(int* a, int v) { int old = *a; *a = old + v; return old; }
 // __trap() ends the kernel with an error on the GPU (cudaErrorLaunchFailure); here it ends the

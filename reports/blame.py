@@ -1,12 +1,15 @@
-"""Which of the trainer's kernel files a failed verdict is to blame on, for an annotation's
-`file=`: the kernels the verdict names, the kernel whose output the invariant judges, and for
-EGF010 the kernels whose outputs disagree with the float64 oracle (found in the trace: the
-kernel launches that wrote a disagreeing tensor)."""
+"""Which of the trainer's kernel files a failed verdict is to blame on, and where in them: the
+kernels the verdict names, the kernel whose output the invariant judges, and for EGF010 the
+kernels whose outputs disagree with the float64 oracle (found in the trace: the kernel launches
+that wrote a disagreeing tensor). The annotations' `file=` and `line=` and the plain text's
+"is blamed on FILE:LINE" both read `locations`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from egf_audit.invariants import Result
 from egf_audit.reports.json_report import jsonable
@@ -106,3 +109,71 @@ def trainer_sources(gate: Gate, result: Result) -> Iterator[KernelSource]:
     for name in blamed_kernels(gate, result):
         if name in trainer:
             yield trainer[name]
+
+
+MAX_FILES_PER_FAILURE = 3  # GitHub shows at most 10 error annotations a step
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a failure is blamed: a file as the document shows it, its first and last line, and
+    (when the pull request changed lines of it) which lines and where the entry point is."""
+
+    file: str
+    line: int
+    end: int
+    entry: int
+    kernel: str
+    changed: str = ""  # "lines 3, 7-9 changed by this pull request; entry point at line 5"
+
+    def said(self) -> str:
+        """`kernels/x.cu:5 (the entry point of x)`, as plain text names it."""
+        span = f"{self.line}" if self.end == self.line else f"{self.line}-{self.end}"
+        why = self.changed or f"the entry point of {self.kernel}"
+        return f"{self.file}:{span} ({why})"
+
+
+def entry_line(text: str, name: str) -> int:
+    """The line that names the kernel in its `__global__ ... name(` definition (1 if none)."""
+    m = re.search(r"__global__[^;{]*?\b" + re.escape(name) + r"\s*\(", text)
+    return text.count("\n", 0, m.end()) + 1 if m else 1
+
+
+def locations(
+    gate: Gate, result: Result, changed: Mapping[str, Sequence[tuple[int, int]]]
+) -> list[Location]:
+    """Each trainer kernel file a failure is blamed on: the lines the pull request changed in
+    it where there are any (`changed`: (first, last) lines per file as shown), else its entry
+    line. When the pull request changed some of the blamed files, only those: the other kernels
+    are downstream of them (EGF010 blames every kernel that wrote a disagreeing tensor)."""
+    out = []
+    sources = list(trainer_sources(gate, result))
+    touched = [s for s in sources if changed.get(s.path)]
+    for source in (touched or sources)[:MAX_FILES_PER_FAILURE]:
+        name = source.spec.name
+        entry = entry_line(source.text, name)
+        hunks = changed.get(source.path)
+        if hunks:
+            first, last = hunks[0]
+            lines = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in hunks)
+            where = f"lines {lines} changed by this pull request; entry point at line {entry}"
+            out.append(Location(source.path, first, last, entry, name, where))
+        else:
+            out.append(Location(source.path, entry, entry, entry, name))
+    return out
+
+
+def blame_lines(
+    gate: Gate, changed: Mapping[str, Sequence[tuple[int, int]]] | None = None
+) -> dict[tuple[str, str], list[str]]:
+    """Per failed verdict (code, mode), its plain-text lines `EGF007[sentinel] is blamed on
+    FILE:LINE (...)`; a verdict blamed on no trainer file has none."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for r in gate.report.failures:
+        said = [
+            f"{r.code}[{r.mode}] is blamed on {at.said()}"
+            for at in locations(gate, r, changed or {})
+        ]
+        if said:
+            found[(r.code, r.mode)] = said
+    return found

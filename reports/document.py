@@ -72,6 +72,23 @@ def first_stale_line(committed: str, regenerated: str) -> int | None:
     return min(index, max(len(old) - 1, 0)) + 1
 
 
+def whitespace_only_lines(committed: str, regenerated: str, most: int = 3) -> list[int] | None:
+    """The committed file's first `most` lines (1-based) that differ, when the two documents
+    differ in whitespace only (trailing spaces, a space inside a line, blank lines: what an
+    editor's reformatting does); None when anything else differs, or nothing does."""
+    old = committed.replace("\r\n", "\n")
+    if old == regenerated or "".join(old.split()) != "".join(regenerated.split()):
+        return None
+    old_lines, new_lines = old.splitlines(), regenerated.splitlines()
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    lines: list[int] = []
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag != "equal":  # an insert is shown at the committed line it goes before
+            lines += range(i1 + 1, max(i2, i1 + 1) + 1)
+    clipped = sorted({min(n, max(len(old_lines), 1)) for n in lines})
+    return clipped[:most]
+
+
 def committed_sources(committed: str) -> str | None:
     """The committed document's sources line (what it was made from), None if it has none."""
     for line in committed.splitlines():

@@ -10,17 +10,16 @@ is a warning that holds: one `::notice`, not one `::warning` per mode.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from egf_audit.invariants.registry import FAIL, WARN
-from egf_audit.reports.blame import trainer_sources
+from egf_audit.reports.blame import locations
 from egf_audit.reports.environment import environment_markdown
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, CaptureReport, Gate
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
+from egf_audit.reports.workflow import command
 
 if TYPE_CHECKING:
     from egf_audit.invariants import Result
@@ -28,60 +27,6 @@ if TYPE_CHECKING:
 # the versions the step summary names, where the run info holds them
 Version = Literal["python", "numpy", "torch", "cupy"]
 VERSIONS: tuple[Version, ...] = ("python", "numpy", "torch", "cupy")
-
-
-def in_github_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
-
-
-def escape_data(text: str) -> str:
-    """A workflow command's message: %, CR and LF would end or corrupt the command."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A property value (title=, file=) also may not hold the `:` and `,` that delimit them."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def command(level: str, message: str, **properties: object) -> str:
-    props = ",".join(
-        f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None
-    )
-    return f"::{level}{' ' + props if props else ''}::{escape_data(message)}"
-
-
-def entry_line(text: str, name: str) -> int:
-    """The line that names the kernel in its `__global__ ... name(` definition (1 if none)."""
-    m = re.search(r"__global__[^;{]*?\b" + re.escape(name) + r"\s*\(", text)
-    return text.count("\n", 0, m.end()) + 1 if m else 1
-
-
-MAX_FILES_PER_FAILURE = 3  # GitHub shows at most 10 error annotations a step
-
-
-def _locations(
-    gate: Gate, result: Result, changed: Mapping[str, Sequence[tuple[int, int]]]
-) -> list[tuple[str, int, int, str]]:
-    """(file, line, end line, where) for each trainer kernel file a failure is blamed on: the
-    lines the pull request changed in it where there are any, else its entry line. When the
-    pull request changed some of the blamed files, only those."""
-    out = []
-    sources = list(trainer_sources(gate, result))
-    touched = [s for s in sources if changed.get(s.path)]
-    # a pull request that changed some of the blamed files is shown those: the other kernels
-    # are downstream of them (EGF010 blames every kernel that wrote a disagreeing tensor)
-    for source in (touched or sources)[:MAX_FILES_PER_FAILURE]:
-        entry = entry_line(source.text, source.spec.name)
-        hunks = changed.get(source.path)
-        if hunks:
-            first, last = hunks[0]
-            lines = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in hunks)
-            where = f"lines {lines} changed by this pull request; entry point at line {entry}"
-            out.append((source.path, first, last, where))
-        else:
-            out.append((source.path, entry, entry, ""))
-    return out
 
 
 def annotation_commands(
@@ -99,13 +44,15 @@ def annotation_commands(
         inv = report.invariant(r.code)
         slug, message = (inv.slug, inv.message) if inv else ("", "")
         text = f"[{r.mode}] {slug}: {message} ({r.verdict.summary})"
-        located = _locations(gate, r, changed)
+        located = locations(gate, r, changed)
         if not located:
             lines.append(command("error", text, title=r.code))
-        for file, line, end, where in located:
-            said = f"{text} [{file}: {where}]" if where else text
-            span = end if end != line else None
-            lines.append(command("error", said, title=r.code, file=file, line=line, endLine=span))
+        for at in located:
+            said = f"{text} [{at.file}: {at.changed}]" if at.changed else text
+            span = at.end if at.end != at.line else None
+            lines.append(
+                command("error", said, title=r.code, file=at.file, line=at.line, endLine=span)
+            )
     for problem in report.problems():
         lines.append(command("error", problem, title="egf-audit --capture"))
     warned: dict[str, list[Result]] = {}

@@ -182,6 +182,8 @@ def verdict_line(report: AuditReport | CaptureReport) -> str:
 
 def _capture_line(report: CaptureReport) -> str:
     problems = report.problems()
+    if report.missing:
+        return _no_trainer_line(report)
     if problems or report.failures:
         parts = []
         if report.failures:
@@ -198,6 +200,26 @@ def _capture_line(report: CaptureReport) -> str:
     if report.undecided:
         codes = ", ".join(sorted({r.code for r in report.undecided}))
         line += f"; {len(report.undecided)} cannot be decided from this capture ({codes})"
+    return line
+
+
+def _no_trainer_line(report: CaptureReport) -> str:
+    """A capture in which no process is an SP14 trainer: that is the verdict, and the count is
+    of the verdicts such a process can get (those that need no SP14 name), never of all 13,
+    most of which are not applicable to it."""
+    generic = [r for r in report.results if (inv := report.invariant(r.code)) and inv.any_process]
+    failed = [f"{r.code}[{r.mode}]" for r in generic if r.verdict.status == FAIL]
+    undecided = sorted({r.code for r in generic if r.verdict.status == UNDECIDED})
+    held = len(generic) - len(failed) - sum(r.verdict.status == UNDECIDED for r in generic)
+    problems = report.problems()
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    line = f"FAIL: {problems[0]}{more}; of the {len(generic)} verdicts that need no SP14 name, "
+    if failed:
+        return line + f"{len(failed)} failed: {', '.join(failed)}"
+    line += f"{held} hold{'s' * (held == 1)}"
+    if undecided:
+        count = len(generic) - held
+        line += f" and {count} cannot be decided from this capture ({', '.join(undecided)})"
     return line
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from cli_fakes import invoke
 
 from egf_audit.cli.changed_lines import changed_hunks, parse_hunks
+from egf_audit.invariants.registry import FAIL
 from egf_audit.kernels import KERNELS, bundled_source
 
 ACCUMULATE = "accumulate_d_h_s2_from_concat_kernel.cu"
@@ -83,6 +84,8 @@ def test_a_stride_bug_is_annotated_on_the_changed_lines(workdir, monkeypatch):
     span = f",endLine={last}" if last != first else ""
     assert all(f"file=kernels/{ACCUMULATE},line={first}{span}::" in line for line in found)
     assert "changed by this pull request" in found[0]
+    # the failure lines say it as plain text too
+    assert f"EGF007[sentinel] is blamed on kernels/{ACCUMULATE}:{first}" in result.stderr
 
 
 def test_without_a_base_the_annotation_sits_on_the_entry_line(workdir, monkeypatch):
@@ -137,3 +140,29 @@ def test_every_judged_kernel_exists_and_is_blamed_when_the_verdict_names_none(ci
     for code, kernel in KERNEL_JUDGED_BY.items():
         result = Result(code, "sentinel", failed("a failure that names no kernel"))
         assert blamed_kernels(Gate(report, "d.md"), result) == [kernel]
+
+
+def test_plain_text_names_the_kernel_file_and_line_a_failure_is_blamed_on(fake, workdir):
+    """Not only the annotations: the verdict output a user reads on a terminal (and, with
+    --quiet, the failure lines) names the trainer's file and line for each failed verdict."""
+    folder = workdir / "kernels"
+    folder.mkdir()
+    for spec in KERNELS:
+        (folder / spec.file).write_text(bundled_source(spec.file))
+    text = (folder / ACCUMULATE).read_text()
+    entry = next(
+        i for i, l in enumerate(text.splitlines(), 1) if "accumulate_d_h_s2_from_concat(" in l
+    )
+    fake({"EGF007": FAIL})
+    said = f"kernels/{ACCUMULATE}:{entry} (the entry point of accumulate_d_h_s2_from_concat)"
+    result = invoke("run", "--device", "cpu", "--kernels", "kernels")
+    assert result.exit_code == 1
+    for mode in ("sentinel", "live"):
+        assert f"EGF007[{mode}] is blamed on {said}" in result.stdout.splitlines()
+    quiet = invoke("run", "--device", "cpu", "--kernels", "kernels", "--quiet")
+    lines = quiet.stderr.splitlines()
+    failed_at = next(i for i, l in enumerate(lines) if l.startswith("EGF007[sentinel] failed:"))
+    assert lines[failed_at + 1] == f"EGF007[sentinel] is blamed on {said}"
+    # egf-audit's bundled kernel is no file of the trainer: nothing to name
+    bundled = invoke("run", "--device", "cpu", "--out", "other.md")
+    assert "is blamed on" not in bundled.output

@@ -187,7 +187,8 @@ def test_torch_reference_loss_decreases(cpu_backend):
 
 
 def _independent_flops(d) -> dict[str, int]:
-    """2*m*n*k of every SGEMM of one sentinel step, from the dims alone (SPEC section 2)."""
+    """2*m*n*k of every SGEMM of one sentinel step, from the dims alone (kernels/CONTRACT.md,
+    section 2)."""
     B, S2, nb = d.B, d.SH2, len(BRANCHES)
     fwd = B * (d.OBS * d.SH1 + d.SH1 * S2 + S2 * d.AUXK + S2 * d.VALH + d.VALH)
     fwd += sum(B * (d.branch_in(b) * d.ADV + d.ADV * d.A[b]) for b in range(nb))

@@ -186,19 +186,76 @@ def test_through_a_symlink_the_folder_it_points_at_is_replaced(tmp_path, fake_re
 
 # ---- a failed run keeps the earlier capture and layout file ----
 @pytest.mark.parametrize(
-    ("record", "words"),
+    ("record", "gpu", "words"),
     [
-        ("none", "the recorder was not loaded into the command (exit 3)"),
-        ("init", "the command recorded no launch at all (exit 3)"),
+        (
+            "none",
+            None,  # a GPU the driver reports: the command used no CUDA, or refused the recorder
+            "the recorder was not loaded into the command, which exited with code 3",
+        ),
+        (
+            "none",
+            "no NVIDIA driver: libcuda.so.1 cannot be loaded",
+            "egf-audit capture needs a usable NVIDIA GPU and this machine has none (no NVIDIA "
+            "driver: libcuda.so.1 cannot be loaded): the CUDA driver loads the recorder into "
+            "the command when it initialises CUDA; the command ran without it and exited with "
+            "code 3",
+        ),
+        ("init", None, "the command recorded no launch at all (it exited with code 3)"),
     ],
 )
 def test_a_command_that_records_nothing_keeps_the_earlier_capture(
-    tmp_path, fake_recorder, earlier, record, words
+    tmp_path, fake_recorder, earlier, monkeypatch, record, gpu, words
 ):
+    from egf_audit.capture import driver
+
+    monkeypatch.setattr(driver, "no_gpu_reason", lambda: gpu)
     layout = earlier / "build" / "layout.json"
-    with pytest.raises(AuditEnvironmentError, match=re.escape(words)):
+    with pytest.raises(AuditEnvironmentError, match=re.escape(words)) as caught:
         run_capture(trainer(tmp_path, record=record, exit=3), earlier / "cap", layout)
+    assert "(exit 3)" not in str(caught.value)  # the command's code, never read as egf-audit's
     assert_untouched(earlier)
+
+
+def test_the_driver_probe_names_why_there_is_no_gpu(monkeypatch):
+    """Asked of libcuda itself: no library, a driver that does not initialise, no device."""
+    import ctypes
+
+    from egf_audit.capture import driver
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(driver.ctypes, "CDLL", missing)
+    assert driver.no_gpu_reason() == "no NVIDIA driver: libcuda.so.1 cannot be loaded"
+
+    class Driver:
+        def __init__(self, init: int, count: int):
+            self.init, self.count = init, count
+
+        def cuInit(self, flags):
+            return self.init
+
+        def cuDeviceGetCount(self, out):
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_int))[0] = self.count
+            return 0
+
+        def cuGetErrorName(self, status, out):
+            name = {100: b"CUDA_ERROR_NO_DEVICE"}.get(status)
+            ctypes.cast(out, ctypes.POINTER(ctypes.c_char_p))[0] = name
+            return 0 if name else 1
+
+    def loads(fake: Driver):
+        return lambda name: fake
+
+    for init, count, said in [
+        (100, 0, "the CUDA driver does not initialise (cuInit: CUDA_ERROR_NO_DEVICE)"),
+        (999, 0, "the CUDA driver does not initialise (cuInit: error 999)"),
+        (0, 0, "the CUDA driver reports no device"),
+        (0, 2, None),
+    ]:
+        monkeypatch.setattr(driver.ctypes, "CDLL", loads(Driver(init, count)))
+        assert driver.no_gpu_reason() == said
 
 
 def test_a_missing_layout_file_keeps_the_earlier_capture(tmp_path, fake_recorder, earlier):

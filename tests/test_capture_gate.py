@@ -138,3 +138,58 @@ def test_a_trainer_that_died_of_a_signal_fails_as_incomplete(tmp_path):
     assert result.exit_code == 1
     last = result.stdout.strip().splitlines()[-1]
     assert "the captured command died of signal 9 (SIGKILL) (manifest.json)" in last
+
+
+def test_run_capture_prints_nothing_on_stderr_but_its_own_lines(tmp_path):
+    """A real process, warnings on as Python shows them by default: a library's warning (torch's
+    'The given NumPy array is not writable' for the capture's read-only snapshot arrays) is
+    noise in every CI log, and hides the lines that matter."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    argv = ["run", "--capture", str(DATA / "clean"), "--out", str(tmp_path / "d.md")]
+    done = subprocess.run(
+        [sys.executable, "-m", "egf_audit", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    foreign = [line for line in done.stderr.splitlines() if not line.startswith("egf-audit: ")]
+    assert foreign == []
+
+
+LLMC = DATA / "llmc" / "recorded"
+NO_TRAINER = (
+    "FAIL: no process is an SP14 trainer: none of the ABI kernels (sp14_dir_concat_qaux, "
+    "sp14_scale_wire_col, accumulate_d_h_s2_from_concat, polyak_ema) was launched in the 1 "
+    "recorded process"
+)
+
+
+@pytest.mark.parametrize(
+    ("folder", "line"),
+    [
+        (
+            LLMC / "llmc-planted",
+            NO_TRAINER + "; of the 2 verdicts that need no SP14 name, 1 failed: EGF001[process 1]",
+        ),
+        (
+            LLMC / "llmc",
+            NO_TRAINER + "; of the 2 verdicts that need no SP14 name, 1 holds and 1 cannot be "
+            "decided from this capture (EGF013)",
+        ),
+    ],
+    ids=["planted", "clean"],
+)
+def test_the_verdict_line_of_a_program_that_is_no_sp14_trainer_says_one_thing(
+    tmp_path, folder, line
+):
+    """Not "1 of 13 verdicts failed" beside "no SP14 trainer": the 11 SP14 invariants are not
+    applicable to it, so the line counts only the verdicts it could get."""
+    result = _invoke("run", "--capture", str(folder), "--out", str(tmp_path / "d.md"))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-1] == line

@@ -117,6 +117,42 @@ def test_the_stale_message_reproduces_every_option_that_shaped_the_document(fake
     assert f"```sh\n{expected}\n```" in Path("audit/doc.md").read_text()
 
 
+def test_a_document_an_editor_reformatted_is_stale_in_whitespace_only_and_says_where(
+    fake, workdir, monkeypatch
+):
+    """Trailing spaces added by an editor change no source: the message says the difference is
+    whitespace only and names the lines, never "made from other sources" or --kernels."""
+    _kernels(workdir / "k")
+    assert invoke("run", "--device", "cpu", "--kernels", "k").exit_code == 0
+    lines = DOC.read_text().splitlines(keepends=True)
+    sources = next(i for i, line in enumerate(lines) if line.startswith("**Sources:**"))
+    for i in (sources, sources + 4):
+        lines[i] = lines[i].replace("\n", "  \n")
+    DOC.write_text("".join(lines))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(workdir / "summary.md"))
+    result = invoke("run", "--device", "cpu", "--kernels", "k", "--check")
+    assert result.exit_code == 1
+    said = (
+        f"differs from the regenerated audit in whitespace only (lines {sources + 1} and "
+        f"{sources + 5} of the committed file: an editor or formatter changed them)"
+    )
+    stale = f"egf-audit: {DOC.as_posix()} is STALE: it {said}; the sources are the same: run "
+    assert any(
+        line.startswith(stale + "`egf-audit run --kernels k ") and line.endswith("and commit it")
+        for line in result.stderr.splitlines()
+    ), result.stderr
+    assert "other sources" not in result.output and "pass --kernels" not in result.output
+    assert f"file={DOC.as_posix()},line={sources + 1}::" in result.stdout
+    # any other difference is still a plain stale document
+    DOC.write_text(DOC.read_text().replace("## Wire status", "## Wire  status"))
+    other = invoke("run", "--device", "cpu", "--kernels", "k", "--check")
+    assert "whitespace only" in other.stderr  # a space inside a line is whitespace too
+    DOC.write_text(DOC.read_text().replace("## Wire  status", "## Wire-status"))
+    edited = invoke("run", "--device", "cpu", "--kernels", "k", "--check")
+    assert edited.exit_code == 1 and "whitespace" not in edited.stderr
+
+
 # ---- 3. one verdict everywhere ----
 def test_a_stale_document_fails_in_json_junit_summary_and_the_last_line(fake, monkeypatch):
     summary = Path("summary.md")

@@ -1,6 +1,7 @@
 """Commands that print static text answer without importing torch, numpy or cupy (each costs a
-second or more to import): every `--help`, `invariants`, `explain` and `config --example`. Their
-time is measured in docs/ci-gate.md, not asserted here; what is asserted is the cause.
+second or more to import): every `--help`, `invariants`, `explain`, `config --example` and
+`mutants --list`. Their time is measured in docs/ci-gate.md, not asserted here; what is
+asserted is the cause.
 
 The texts `invariants` and `explain` print are read from the invariant modules' source
 (egf_audit.invariant_text); they must equal the imported registry's, entry by entry."""
@@ -32,6 +33,7 @@ COMMANDS = [
     ["explain", "EGF003"],
     ["explain", "gemm-k-matches-lda"],
     ["config", "--example"],
+    ["mutants", "--list"],
 ]
 PROBE = """
 import sys

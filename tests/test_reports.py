@@ -15,7 +15,7 @@ import pytest
 from egf_audit import invariants
 from egf_audit.invariants import Result
 from egf_audit.invariants.registry import FAIL, PASS, WARN, Verdict
-from egf_audit.reports import github
+from egf_audit.reports import workflow
 from egf_audit.reports.bindings import operand
 from egf_audit.reports.document import render_document, stale_diff
 from egf_audit.reports.environment import environment_markdown
@@ -244,11 +244,11 @@ def test_json_is_strict_with_nonfinite_and_numpy_evidence(ci_audit_run, kernel_s
 
 # ---- GitHub ----
 def test_github_workflow_command_escaping():
-    assert github.escape_data("100% done\r\nnext") == "100%25 done%0D%0Anext"
-    assert github.escape_property("a:b,c%") == "a%3Ab%2Cc%25"
-    line = github.command("error", "50%\nof rows", title="EGF001: k, lda")
+    assert workflow.escape_data("100% done\r\nnext") == "100%25 done%0D%0Anext"
+    assert workflow.escape_property("a:b,c%") == "a%3Ab%2Cc%25"
+    line = workflow.command("error", "50%\nof rows", title="EGF001: k, lda")
     assert line == "::error title=EGF001%3A k%2C lda::50%25%0Aof rows"
-    assert github.command("warning", "plain") == "::warning::plain"
+    assert workflow.command("warning", "plain") == "::warning::plain"
 
 
 # ---- the verdict model ----

@@ -1,13 +1,13 @@
 """The SP14 training step written the way a torch user would write it, for `egf-audit bench`.
 
-Same network, losses and update as the pipeline (SPEC section 2): trunk, aux head, the wire
-`p[up] - p[down]` concatenated to branch 0 through a gate (a custom autograd Function), four
-dueling branches on a value stream, Huber TD against a target net run under `no_grad`, the CQL
+Same network, losses and update as the pipeline (kernels/CONTRACT.md, section 2): trunk, aux head,
+the wire `p[up] - p[down]` concatenated to branch 0 through a gate (a custom autograd Function),
+four dueling branches on a value stream, Huber TD against a target net run under `no_grad`, the CQL
 term and the aux CE. Unlike the pipeline, which backpropagates its two call sites one after the
-other (two trunk backward passes), torch runs ONE backward of the total loss: that is what a
-torch trainer would do, and what the benchmark compares against. Then `torch.optim.Adam` (its
-default implementation), the spectral-norm projection of the branch-0 FC weight and Polyak, in
-torch ops with no host synchronisation.
+other (two trunk backward passes), torch runs ONE backward of the total loss: that is what a torch
+trainer would do, and what the benchmark compares against. Then `torch.optim.Adam` (its default
+implementation), the spectral-norm projection of the branch-0 FC weight and Polyak, in torch ops
+with no host synchronisation.
 
 Weights come from a pipeline's buffers, so both start from the same state, and a test can check
 that the two compute the same gradients.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from egf_audit.errors import UsageError
+from egf_audit.errors import UsageError, option_error
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, Verdict
 from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, ProcessCapture
@@ -145,7 +145,8 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
     folder = Path(folder)
     procs = read_capture(folder)
     if not procs:
-        raise UsageError(f"--capture {folder}: no recorder events in it (events-<pid>.jsonl)")
+        problem = "no recorder events in it (events-<pid>.jsonl)"
+        raise option_error(UsageError, "capture", folder, problem)
     layout_path = layout_in(folder)
     given = load_layout_file(layout_path) if use_layout and layout_path else None
     audit = CaptureAudit(folder)
@@ -190,6 +191,6 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
     if not any(p.capture.sp14 for p in audit.processes):
         audit.missing.append(
             f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "
-            f"was launched in the {len(procs)} recorded processes"
+            f"was launched in the {len(procs)} recorded process{'es' * (len(procs) != 1)}"
         )
     return audit

@@ -52,9 +52,10 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, about_option
 from egf_audit.outputs.atomic import write_atomic
 
+from . import driver
 from .build import build_recorder
 from .convert import to_trace
 from .events import EVENTS_GLOB, ProcessCapture, read_capture
@@ -122,12 +123,26 @@ def _environment(
     return env
 
 
+def _ended(code: int) -> str:
+    """How the command ended, worded as the command's own (egf-audit's exit code is 3 here)."""
+    return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
 def _diagnose(procs: list[ProcessCapture], code: int) -> None:
-    """The exit-3 line when the capture recorded nothing usable."""
+    """The exit-3 line when the capture recorded nothing usable. No process at all: the driver
+    never loaded the recorder, which is what a machine without a usable GPU gives, so the
+    driver is asked whether there is one."""
     if not procs:
+        no_gpu = driver.no_gpu_reason()
+        if no_gpu is not None:
+            raise AuditEnvironmentError(
+                f"egf-audit capture needs a usable NVIDIA GPU and this machine has none "
+                f"({no_gpu}): the CUDA driver loads the recorder into the command when it "
+                f"initialises CUDA; the command ran without it and {_ended(code)}"
+            )
         raise AuditEnvironmentError(
-            f"the recorder was not loaded into the command (exit {code}): it initialised no "
-            "CUDA driver (no GPU, or no CUDA use), or the driver refused the injected library"
+            f"the recorder was not loaded into the command, which {_ended(code)}: it "
+            "initialised no CUDA (no CUDA use), or the driver refused the injected library"
         )
     for p in procs:
         status = p.init.get("subscribe", 0)
@@ -140,7 +155,7 @@ def _diagnose(procs: list[ProcessCapture], code: int) -> None:
             raise AuditEnvironmentError(f"process {p.pid}: cuptiSubscribe failed ({p.notes[-1:]})")
     if not any(p.records for p in procs):
         raise AuditEnvironmentError(
-            f"the command recorded no launch at all (exit {code}): it never ran GPU work"
+            f"the command recorded no launch at all (it {_ended(code)}): it never ran GPU work"
         )
 
 
@@ -165,41 +180,49 @@ def capture_target(out: Path) -> Path:
     purpose. A dangling link names the folder to create."""
     target = Path(os.path.realpath(out))
     if target.parent == target:
-        raise UsageError(f"--out {out}: a capture cannot replace the root folder")
+        raise _out_error(out, ": a capture cannot replace the root folder")
     cwd = Path(os.path.realpath(os.curdir))
     if target == cwd or target in cwd.parents:
-        raise UsageError(
-            f"--out {out} holds the current folder, where the command runs; a capture replaces "
-            "that folder as a whole: name a folder beside or below it"
+        raise _out_error(
+            out,
+            " holds the current folder, where the command runs; a capture replaces that folder "
+            "as a whole: name a folder beside or below it",
         )
     try:
         mode = target.stat().st_mode
         if not stat.S_ISDIR(mode):
-            raise UsageError(
-                f"--out {out} is not a folder but a file; a capture writes a folder there: name "
-                "a new folder, an empty one, or an earlier capture"
+            raise _out_error(
+                out,
+                " is not a folder but a file; a capture writes a folder there: name a new "
+                "folder, an empty one, or an earlier capture",
             )
         entries = sorted(target.iterdir())
     except FileNotFoundError:
         return target
     except OSError as exc:
-        raise UsageError(f"--out {out}: {exc.strerror or exc}") from None
+        raise _out_error(out, f": {exc.strerror or exc}") from None
     if not entries:
         return target
     foreign = [p.name + ("/" if p.is_dir() else "") for p in entries if not _is_capture_file(p)]
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise UsageError(
-            f"--out {out} holds {', '.join(foreign[:3])}{more}: it is no egf-audit capture "
-            "folder, and a capture replaces its folder as a whole: name a new or empty folder"
+        raise _out_error(
+            out,
+            f" holds {', '.join(foreign[:3])}{more}: it is no egf-audit capture folder, and a "
+            "capture replaces its folder as a whole: name a new or empty folder",
         )
     if not any(p.name == "manifest.json" or fnmatchcase(p.name, EVENTS_GLOB) for p in entries):
-        raise UsageError(
-            f"--out {out} holds no manifest.json and no events-*.jsonl: it is no egf-audit "
-            "capture folder, and a capture replaces its folder as a whole: name a new or "
-            "empty folder"
+        raise _out_error(
+            out,
+            " holds no manifest.json and no events-*.jsonl: it is no egf-audit capture folder, "
+            "and a capture replaces its folder as a whole: name a new or empty folder",
         )
     return target
+
+
+def _out_error(out: Path, said: str) -> UsageError:
+    """`--out OUT<said>`, about the value of --out (a settings file's `capture` names it)."""
+    return about_option(UsageError(f"--out {out}{said}"), "out", said.removeprefix(": ").lstrip())
 
 
 def _check_layout(layout: Path, out: Path, target: Path) -> None:

@@ -44,7 +44,7 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
-from egf_audit.errors import UsageError
+from egf_audit.errors import UsageError, option_error
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import (
     HASH_FNV1A,
@@ -1015,11 +1015,13 @@ def read_capture(folder: Path) -> list[ProcessCapture]:
     """Every recorded process of a capture folder, in pid order."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise UsageError(f"--capture {folder}: no such folder")
+        problem = "is a file, not a folder" if folder.exists() else "no such folder"
+        raise option_error(UsageError, "capture", folder, problem)
     try:
         paths = sorted(folder.glob(EVENTS_GLOB))
     except OSError as exc:
-        raise UsageError(f"--capture {folder}: cannot list it ({exc.strerror or exc})") from None
+        problem = f"cannot list it ({exc.strerror or exc})"
+        raise option_error(UsageError, "capture", folder, problem) from None
     by_pid: dict[int, Path] = {}
     for path in paths:
         match = EVENTS_NAME.fullmatch(path.name)

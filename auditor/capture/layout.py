@@ -10,10 +10,10 @@ The layout file (schema `egf-audit-layout/1`, docs/capture.md):
         "sp14_d_dir_qaux_concat": {"address": ..., "bytes": ..., "shape": [64, 49]},
         "sn_state": {"address": ..., "bytes": ..., "tensors": {"v_b0fc": [32, 1, 49]}}}}
 
-Without one, the four ABI kernels name their pointer arguments (SPEC section 3) and GEMM
-operand identity carries names on: the weight the forward GEMM on the concat scratch reads is
-`w_b0fc`; the GEMM that reads the scratch contracting over its rows writes `w_b0fc`'s gradient;
-the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat`.
+Without one, the four ABI kernels name their pointer arguments (kernels/CONTRACT.md, section 3) and
+GEMM operand identity carries names on: the weight the forward GEMM on the concat scratch reads is
+`w_b0fc`; the GEMM that reads the scratch contracting over its rows writes `w_b0fc`'s gradient; the
+GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat`.
 """
 
 from __future__ import annotations

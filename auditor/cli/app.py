@@ -19,7 +19,7 @@ import typer
 
 from egf_audit import __version__
 from egf_audit.cli import capture_cli, other_cli, run_cli
-from egf_audit.cli.options import EXIT_CODES, handle_termination_signals
+from egf_audit.cli.options import EXIT_CODES, handle_termination_signals, report_error
 from egf_audit.errors import one_line
 
 try:  # typer vendors click from 0.20 on
@@ -76,10 +76,7 @@ def run_app(argv: list[str]) -> int:
         return 2
     except ClickException as exc:
         where = exc.ctx.command_path if getattr(exc, "ctx", None) else "egf-audit"
-        typer.echo(
-            f"egf-audit: error: {one_line(exc.format_message())} (see `{where} --help`)",
-            err=True,
-        )
+        report_error(f"{one_line(exc.format_message())} (see `{where} --help`)", exc.exit_code)
         return exc.exit_code
     return code if isinstance(code, int) else 0
 

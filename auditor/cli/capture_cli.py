@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from egf_audit.cli.options import Debug, exit_codes, with_help
+from egf_audit.cli.options import SETTINGS_TABLE, Debug, exit_codes, with_help
+from egf_audit.cli.project import ProjectSettings, find_settings, near
+from egf_audit.errors import UsageError
 
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -20,7 +22,7 @@ def capture(
         Path | None,
         typer.Option(
             "--out",
-            help="The capture folder (default: capture in the [tool.egf-audit] table).",
+            help=f"The capture folder (default: capture in the {SETTINGS_TABLE} table).",
             metavar="DIR",
         ),
     ] = None,
@@ -67,22 +69,22 @@ def capture(
     """Run the trainer's own command with egf-audit's recorder injected (CUPTI) and write its
     launches, GEMMs and snapshots to --out; then `egf-audit run --capture DIR` audits it.
 
-    Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a GPU is
-    missing, the recorder did not load, or the command recorded no launch."""
+    Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a usable
+    GPU is missing (the CUDA driver is asked), the recorder did not load, or the command
+    recorded no launch."""
     with exit_codes(debug):
+        # the table's capture folder, unless --out names one: an error about it names the key
+        settings = find_settings() if out is None else ProjectSettings(root=Path.cwd())
         if out is None:
-            out = _settings_capture()
+            out = _settings_capture(settings)
+    with exit_codes(debug), settings.naming(["capture"], option_key={"out": "capture"}):
         from egf_audit.capture import cli
 
         code = cli.capture(command, out, layout, snapshot, values_max, deep, deep_values_max)
     raise typer.Exit(code)
 
 
-def _settings_capture() -> Path:
-    from egf_audit.cli.project import find_settings, near
-    from egf_audit.errors import UsageError
-
-    settings = find_settings()
+def _settings_capture(settings: ProjectSettings) -> Path:
     if settings.capture is None:
         raise UsageError(
             '--out DIR is missing: name the capture folder, or set capture = "DIR" in the '

@@ -28,20 +28,23 @@ from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct, gate_outputs
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
-from egf_audit.errors import AuditEnvironmentError
+from egf_audit.errors import AuditEnvironmentError, about_option
 from egf_audit.oracle import warmup as oracle_warmup
 from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
 from egf_audit.reports import github
+from egf_audit.reports.blame import blame_lines
 from egf_audit.reports.document import (
     committed_sources,
     first_stale_line,
     render_document,
     stale_diff,
+    whitespace_only_lines,
 )
 from egf_audit.reports.json_report import render_json
 from egf_audit.reports.junit import render_junit
 from egf_audit.reports.model import AuditReport, CaptureReport, Gate, RunInfo
+from egf_audit.reports.workflow import in_github_actions
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
@@ -50,6 +53,7 @@ from egf_audit.scenarios.audit import Auditor, mode_scenarios
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")
 DEFAULT_STEPS = 2
+WHITESPACE_ONLY = "in whitespace only"  # a stale reason that is an editor's, not the sources'
 CUPY_EXTRAS = "pip install 'egf-audit[cuda13]' (CUDA 13) or 'egf-audit[cuda12]' (CUDA 12)"
 
 
@@ -99,6 +103,8 @@ class RunOutcome:
     written: list[Path] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)  # `-` outputs and --output-format text
     annotations: list[str] = field(default_factory=list)  # GitHub workflow commands, for stdout
+    # per failed verdict (code, mode): "EGF007[sentinel] is blamed on FILE:LINE (...)"
+    blamed: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # one-line warnings that change no exit code
     advice: str = ""  # for a stale document: the command that brings it up to date
     typed_out: str = ""  # --out as typed, for messages to the user who typed it
@@ -198,7 +204,10 @@ def pick_backend(
         backend = select_backend(device, kernels, launch_timeout_s)
     except AuditEnvironmentError as exc:
         if device == "cuda" and importlib.util.find_spec("cupy") is None:
-            raise AuditEnvironmentError(f"{exc}; install CuPy: {CUPY_EXTRAS}") from None
+            advice = f"; install CuPy: {CUPY_EXTRAS}"
+            raise about_option(
+                AuditEnvironmentError(f"{exc}{advice}"), "device", f"{exc.problem or exc}{advice}"
+            ) from None
         raise
     if device != "auto":
         return backend, f"{backend.name} (--device {device})"
@@ -305,19 +314,23 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
             )
     if gate.stale:
         outcome.advice = f"run `{typed_command(req, config)}` and commit it"
-        if gate.stale_reason.startswith("was made from other sources"):
+        if WHITESPACE_ONLY in gate.stale_reason:
+            outcome.advice = f"it {gate.stale_reason}; the sources are the same: {outcome.advice}"
+        elif gate.stale_reason.startswith("was made from other sources"):
             outcome.advice = f"it {gate.stale_reason}. " + (
                 'If the trainer\'s kernels are meant, pass --kernels DIR or set kernels = "DIR" '
                 "in the [tool.egf-audit] table of pyproject.toml (docs/ci-gate.md); if these "
                 f"sources are meant, {outcome.advice}"
             )
-    changed = _changed_lines(req, report, outcome) if _annotating(req.output_format) else {}
+    # the changed lines place the annotations, and the text's blame lines where --base asks
+    wanted = _annotating(req.output_format) or req.base_ref is not None
+    changed = _changed_lines(req, report, outcome) if wanted else {}
     _write_outputs(req, outcome, run, seconds, changed)
     return outcome
 
 
 def _annotating(output_format: str) -> bool:
-    return github.in_github_actions() or output_format == "github"
+    return in_github_actions() or output_format == "github"
 
 
 def _changed_lines(
@@ -360,7 +373,15 @@ def document_gate(
         return Gate(report, shown_out, checked=True)
     was, now = committed_sources(committed), committed_sources(document)
     reason = "differs from the regenerated audit"
-    if was is not None and now is not None and was != now:
+    spaces = whitespace_only_lines(committed, document)
+    if spaces:  # an editor's reformatting: the sources are the same
+        many = len(spaces) > 1
+        where = ", ".join(map(str, spaces[:-1])) + " and " * many + str(spaces[-1])
+        reason += (
+            f" {WHITESPACE_ONLY} (line{'s' * many} {where} of the committed file: an editor "
+            f"or formatter changed {'them' if many else 'it'})"
+        )
+    elif was is not None and now is not None and was != now:
         reason = f"was made from other sources ({was.rstrip('.')}) than this run audited ({now})"
     return Gate(
         report,
@@ -417,7 +438,7 @@ def deliver(
     gate = outcome.gate
     outputs = Outputs()
     if not to.check:
-        outputs.add(to.out, outcome.document)
+        outputs.add(to.out, outcome.document, option="out")
     json_text = render_json(gate, outcome.exit_code)
     junit_text = render_junit(gate, seconds)
     outputs.add(to.json_out, json_text)
@@ -432,7 +453,8 @@ def deliver(
     outcome.stdout = outputs.stdout
     if _annotating(output_format):
         outcome.annotations = github.annotation_commands(gate, changed)
-    if github.in_github_actions():
+    outcome.blamed = blame_lines(gate, changed)
+    if in_github_actions():
         try:
             append_step_summary(step_summary(gate))
         except OSError as exc:

@@ -7,6 +7,7 @@ numpy or the pipeline; each command imports what it needs when it runs.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -19,9 +20,15 @@ from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from egf_audit.errors import AuditEnvironmentError, UsageError, one_line
+from egf_audit.outputs.step_summary import append_step_summary
+from egf_audit.reports.workflow import command, in_github_actions
 
+# Help texts are rich markup (the app's rich_markup_mode): a literal `[tool.egf-audit]` would be
+# read as a style tag and vanish from --help, so every help text that means brackets is escaped
+SETTINGS_TABLE = escape("[tool.egf-audit]")
 CI_LOG_WIDTH = 120  # a CI log is no terminal and has no COLUMNS: use a width that reads well
 NARROW = 80  # below this the verdicts are printed as lines, not a table
 OUTPUT_FORMATS = ("text", "json", "junit", "github")
@@ -119,7 +126,7 @@ Isolated = Annotated[
     bool,
     typer.Option(
         "--isolated",
-        help="Ignore the [tool.egf-audit] table of pyproject.toml (or egf-audit.toml).",
+        help=f"Ignore the {SETTINGS_TABLE} table of pyproject.toml (or egf-audit.toml).",
         metavar="",
     ),
 ]
@@ -128,10 +135,13 @@ Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of an e
 
 def with_help(*extra: str) -> Callable[[Callable], Callable]:
     """Use the docstring as help with each paragraph on one line: typer's rich mode keeps a
-    docstring's line breaks, which would break the wrapping at the terminal's width."""
+    docstring's line breaks, which would break the wrapping at the terminal's width. A
+    docstring is plain text, escaped for rich (its `[tool.egf-audit]` is no style tag); `extra`
+    is markup (EXIT_CODES)."""
 
     def wrap(fn: Callable) -> Callable:
-        paragraphs = [*inspect.cleandoc(fn.__doc__ or "").split("\n\n"), *extra]
+        docstring = inspect.cleandoc(fn.__doc__ or "")
+        paragraphs = [*escape(docstring).split("\n\n"), *extra]
         fn.__doc__ = "\n\n".join(" ".join(p.split()) for p in paragraphs)
         return fn
 
@@ -212,8 +222,36 @@ def interrupted_exit(exc: KeyboardInterrupt) -> tuple[str, int]:
 def error_exit(message: object, code: int, exc: BaseException | None, debug: bool) -> typer.Exit:
     if debug and exc is not None:
         traceback.print_exception(exc, file=sys.stderr)
-    typer.echo(f"egf-audit: error: {one_line(message)}", err=True)
+    report_error(message, code, getattr(exc, "at", None))
     return typer.Exit(code)
+
+
+def report_error(message: object, code: int, at: tuple[Path, int | None] | None = None) -> None:
+    """The one line of an error on stderr. Under GitHub Actions also an `::error` annotation,
+    on the settings file (and line) the error is about where it is known, and a step summary
+    that says no audit ran: a gate that stops before its verdict still tells the pull request
+    why."""
+    line = one_line(message)
+    typer.echo(f"egf-audit: error: {line}", err=True)
+    if not in_github_actions() or code not in (2, 3):
+        return
+    file, number = at if at is not None else (None, None)
+    shown = None if file is None else _from_repository_root(file)
+    title = f"egf-audit (exit {code})"
+    typer.echo(command("error", line, title=title, file=shown, line=number if shown else None))
+    summary = f"## egf-audit: ERROR (exit {code}), no audit ran\n\n"
+    summary += f"```text\negf-audit: error: {line}\n```\n"
+    # the summary is a courtesy to the reader of the job: the error line and exit code stand
+    with contextlib.suppress(OSError):
+        append_step_summary(summary)
+
+
+def _from_repository_root(file: Path) -> str:
+    """A file as an annotation names it: relative to the repository root (GitHub's workspace)."""
+    from egf_audit.cli.project import repository_root
+
+    root = repository_root(file.parent) or Path.cwd()
+    return Path(os.path.relpath(file, root)).as_posix()
 
 
 def _crashed_check(exc: Exception) -> bool:

@@ -30,7 +30,7 @@ from egf_audit.cli.options import (
     with_help,
 )
 from egf_audit.cli.progress import progress_for
-from egf_audit.cli.project import find_settings, setting
+from egf_audit.cli.project import find_settings, given, setting
 from egf_audit.errors import UsageError
 
 
@@ -71,14 +71,16 @@ def mutants(
     """
     stdout, stderr = consoles()
     if list_faults:
-        from egf_audit.cli.tables import fault_list
+        from egf_audit.cli.fault_list import fault_list  # no torch: the list is static text
         from egf_audit.scenarios.faults import FAULTS
 
         stdout.print(fault_list(FAULTS))
         raise typer.Exit(0)
     with exit_codes(debug):
-        check_output_format(output_format)
         settings = find_settings(isolated=isolated)
+    supplied = [k for k in ("device", "preset", "config", "kernels") if not given(ctx, k)]
+    with exit_codes(debug), settings.naming(supplied):
+        check_output_format(output_format)
         from egf_audit.cli import other_commands
 
         with progress_for(stderr, quiet) as progress:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from egf_audit.errors import UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, about_option
 from egf_audit.outputs.atomic import OutputBatch
 
 STDOUT = "-"
@@ -64,19 +64,26 @@ def check_distinct(outputs: dict[str, Path | str | None]) -> None:
 class Outputs:
     """Texts for files (staged and replaced together) and for stdout (printed after)."""
 
-    files: list[tuple[Path, str]] = field(default_factory=list)
+    files: list[tuple[Path, str, str | None]] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
 
-    def add(self, path: Path | str | None, text: str) -> None:
+    def add(self, path: Path | str | None, text: str, option: str | None = None) -> None:
+        """`option`: the option that named the path, so an error writing it is about that
+        option's value (a settings file's `out`)."""
         if path is None:
             return
         if is_stdout(path):
             self.stdout.append(text)
         else:
-            self.files.append((Path(path), text))
+            self.files.append((Path(path), text, option))
 
     def write(self) -> list[Path]:
         with OutputBatch() as batch:
-            for path, text in self.files:
-                batch.add(path, text)
+            for path, text, option in self.files:
+                try:
+                    batch.add(path, text)
+                except AuditEnvironmentError as exc:
+                    if option is not None:
+                        about_option(exc, option)
+                    raise
             return batch.commit()

@@ -100,9 +100,9 @@ def run(
         str | None,
         typer.Option(
             "--base",
-            help="Under GitHub Actions (or --output-format github), annotate a failure on the "
-            "lines of the trainer's kernel file changed since this ref (default: "
-            "GITHUB_BASE_REF), else on the kernel's entry line.",
+            help="Place a failure (its annotation under GitHub Actions or --output-format "
+            "github, and its 'is blamed on' line) on the lines of the trainer's kernel file "
+            "changed since this ref (default: GITHUB_BASE_REF), else on the kernel's entry line.",
             metavar="REF",
         ),
     ] = None,
@@ -135,8 +135,14 @@ def run(
     if not given(ctx, "capture"):
         capture = settings.capture
     root = settings.root if settings.file is not None else None
+    # the options the settings file supplied: an error about one names its key and the file
+    from_settings = frozenset(
+        key
+        for key in ("device", "preset", "config", "kernels", "out", "capture")
+        if not given(ctx, key) and getattr(settings, key) is not None
+    )
     if capture is not None:
-        with exit_codes(debug):
+        with exit_codes(debug), settings.naming(from_settings):
             check_output_format(output_format)
             refuse_for_capture(ctx, settings)
             from egf_audit.cli import capture_commands
@@ -154,15 +160,10 @@ def run(
             )
             outcome = capture_commands.run_capture_audit(capture_request)
         _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
-    with exit_codes(debug):
+    with exit_codes(debug), settings.naming(from_settings):
         check_output_format(output_format)
         from egf_audit.cli import commands  # torch, numpy and the pipeline load here
 
-        from_settings = frozenset(
-            key
-            for key in ("device", "preset", "config", "kernels", "out")
-            if not given(ctx, key) and getattr(settings, key) is not None
-        )
         request = commands.RunRequest(
             device=setting(ctx, settings, "device", device),
             preset=setting(ctx, settings, "preset", preset),
@@ -214,12 +215,13 @@ def refuse_for_capture(ctx: typer.Context, settings: ProjectSettings) -> None:
     if named:
         flags = ", ".join("--" + name.replace("_", "-") for name in named)
         source = "" if given(ctx, "capture") else f" ({settings.spelled('capture')})"
-        raise UsageError(
+        error = UsageError(
             f"{flags} shape{'s' * (len(named) == 1)} the rebuild and mean{'s' * (len(named) == 1)} "
             f"nothing for --capture{source} (the capture recorded the trainer as it ran): leave "
             f"{'it' if len(named) == 1 else 'them'} out"
             + (", or --isolated to ignore the settings file" if source else "")
         )
+        raise settings.at(error, "capture") if source else error
 
 
 def _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace) -> None:
@@ -279,9 +281,15 @@ def _print_run(
     if quiet:
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
+            for line in outcome.blamed.get((r.code, r.mode), []):
+                err(line)
     info = report.run_info
     if table and isinstance(report, AuditReport):
         _print_evidence(human, report)
+    if table:  # the trainer's file and line of each failure (the annotations carry them too)
+        for lines in outcome.blamed.values():
+            for line in lines:
+                human.print(Text(line), soft_wrap=True)
     if table:
         print_verdicts(human, report)
     if table and "timings_s" in info:

@@ -1,4 +1,5 @@
-"""Rich tables for the terminal: verdicts, the invariant list, the mutants kill matrix.
+"""Rich tables for the terminal: verdicts, the invariant list, the mutants kill matrix (the
+fault list is `fault_list.py`'s: it loads no invariant, so no torch).
 
 Every cell is a `Text`, never markup: summaries hold brackets (`[64, 49]`, `[d=0]`) that rich
 would otherwise read as style tags. Below NARROW columns a table would drop or crush columns,
@@ -80,15 +81,6 @@ def print_verdicts(console: Console, report: AuditReport | CaptureReport) -> Non
             console.print(line, soft_wrap=True)
     else:
         console.print(verdict_table(report))
-
-
-def fault_list(faults) -> Table:
-    table = Table(title="egf-audit faults", title_justify="left")
-    table.add_column("fault", no_wrap=True)
-    table.add_column("the bug it puts back")
-    for fault in faults:
-        table.add_row(Text(fault.name), Text(fault.summary))
-    return table
 
 
 def kill_matrix(result: MutantsResult) -> Table:

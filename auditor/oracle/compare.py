@@ -3,7 +3,7 @@
 `compare_step(trace, step, config)` reads the step's inputs from the trace's snapshots only
 (step_start: state and batch; after_forward: the activations, i.e. the ReLU decisions;
 after_losses: the gate and the TD argmax; after_backward: grad_buf; before_polyak and step_end:
-the updated state) and checks, as SPEC section 4's EGF010 note asks:
+the updated state) and checks, as kernels/CONTRACT.md's EGF010 note (section 4) asks:
 
 1. decisions: every ReLU mask (online and target net) and every TD argmax of the pipeline equals
    the float64 model's, except near-ties: where the float64 value lies closer to the kink or the

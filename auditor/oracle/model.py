@@ -1,10 +1,10 @@
 """The float64 model of one SP14 step that EGF010 compares the pipeline with.
 
-It is written from SPEC section 2 and the design decisions alone, in torch autograd: nothing here
-calls the pipeline's forward/backward code or a kernel, so a wiring bug in those cannot be copied
-into the reference. The model takes the pipeline's discrete decisions as inputs (ReLU masks, TD
-argmax) and gives, for every ReLU input, a proven bound on how far the fp32 pipeline's value may
-lie from the float64 one (see `relu_band`).
+It is written from kernels/CONTRACT.md (section 2) and the design decisions alone, in torch
+autograd: nothing here calls the pipeline's forward/backward code or a kernel, so a wiring bug in
+those cannot be copied into the reference. The model takes the pipeline's discrete decisions as
+inputs (ReLU masks, TD argmax) and gives, for every ReLU input, a proven bound on how far the fp32
+pipeline's value may lie from the float64 one (see `relu_band`).
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def forward(
     masks: Masks,
     alpha: float | torch.Tensor | None = None,
 ) -> NetPass:
-    """The network of SPEC section 2, Forward, with the ReLUs replaced by the given masks.
-    `context[d]` is branch d's extra columns (d >= 1; context[0] is unused: the wire). With
+    """The network of kernels/CONTRACT.md section 2, Forward, with the ReLUs replaced by the given
+    masks. `context[d]` is branch d's extra columns (d >= 1; context[0] is unused: the wire). With
     `alpha` set, the wire's gradient is gated on its way back to the aux head."""
     pre = {}
 
@@ -172,7 +172,7 @@ RELU_WEIGHTS = {
 }
 
 
-# ---- the update (SPEC section 2, Update; design.md: Adam, Spectral norm) ----
+# ---- the update (kernels/CONTRACT.md section 2, Update; design.md: Adam, Spectral norm) ----
 
 
 def adam(

@@ -1,4 +1,4 @@
-"""Backward, per call site, in the seed's order (SPEC section 2, Backward):
+"""Backward, per call site, in the seed's order (kernels/CONTRACT.md, section 2, Backward):
 
 1. sp14_dir_concat_qaux(save_h_s2) rebuilds the ONLINE concat in the scratch
 2. memset d_h_s2 = 0

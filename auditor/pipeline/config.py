@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from egf_audit.errors import UsageError
+from egf_audit.errors import UsageError, about_option
 from egf_audit.kernels import THREADS_PER_BLOCK
 from egf_audit.pipeline import memory_need
 from egf_audit.pipeline.layout import build_layout
@@ -241,9 +241,13 @@ def validate_hyper(hyper: Hyper) -> Hyper:
     return hyper
 
 
+def preset_error(preset: object) -> ConfigError:
+    return ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+
+
 def preset_config(preset: str = "ci", seed: int = DEFAULT_SEED) -> Config:
     if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+        raise preset_error(preset)
     return Config(preset=preset, seed=seed, dims=PRESETS[preset])
 
 
@@ -295,17 +299,24 @@ def config_from_mapping(data: dict, preset: str | None = None, seed: int | None 
 def load_config(
     path: str | Path | None = None, preset: str | None = None, seed: int | None = None
 ) -> Config:
-    """The run's config: the preset (default `ci`), overridden by the TOML file at `path`."""
+    """The run's config: the preset (default `ci`), overridden by the TOML file at `path`. An
+    error in the file (reading it, its TOML, its keys) is about `--config`; an unknown preset
+    given here is about `--preset`."""
+    if preset is not None and preset not in PRESETS:
+        raise about_option(preset_error(preset), "preset")
     if path is None:
         base = preset_config(preset or "ci", _check_int("seed", seed or 0, minimum=0))
         return base
     path = Path(path)
-    text = read_config_text(path)
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    return config_from_mapping(data, preset=preset, seed=seed)
+        text = read_config_text(path)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        return config_from_mapping(data, preset=preset, seed=seed)
+    except ConfigError as exc:
+        raise about_option(exc, "config") from None
 
 
 def read_config_text(path: Path) -> str:

@@ -1,4 +1,5 @@
-"""Forward pass and losses (SPEC section 2, Forward and Losses), one launch per line."""
+"""Forward pass and losses (kernels/CONTRACT.md, section 2, Forward and Losses), one launch per
+line."""
 
 from __future__ import annotations
 

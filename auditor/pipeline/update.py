@@ -1,5 +1,5 @@
-"""Update (SPEC section 2): the gate producer (live mode), Adam, the spectral-norm projection of
-w_b0fc, and Polyak averaging of the target network."""
+"""Update (kernels/CONTRACT.md, section 2): the gate producer (live mode), Adam, the
+spectral-norm projection of w_b0fc, and Polyak averaging of the target network."""
 
 from __future__ import annotations
 

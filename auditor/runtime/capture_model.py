@@ -344,7 +344,7 @@ class CaptureTrace:
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
     sp14: bool = True
-    # the hyper-parameters EGF010's oracle runs with: SPEC's (a capture has no config)
+    # the hyper-parameters EGF010's oracle runs with: the contract's (a capture has no config)
     hyper: HyperView = field(default_factory=Hyper)
 
     def made_inside(self) -> dict[int, list[Record]]:

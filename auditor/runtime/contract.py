@@ -12,7 +12,7 @@ import math
 
 from egf_audit.runtime.config_view import DimsView
 
-# ---- the trainer's Polyak blend (SPEC section 2) ----
+# ---- the trainer's Polyak blend (kernels/CONTRACT.md, section 2) ----
 # The preset's tau; a trainer configured otherwise states its tau (a config file for the
 # rebuild, `dims.tau` in its layout file for a capture), else this one is the contract.
 POLYAK_TAU = 0.005

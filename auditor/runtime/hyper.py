@@ -1,6 +1,6 @@
-"""The trainer's hyper-parameters (SPEC section 2), with their defaults. The rebuild's config
-(egf_audit.pipeline.config) overrides them from a TOML file; a capture is judged with them as
-they are, since the capture recorded the trainer, not a config."""
+"""The trainer's hyper-parameters (kernels/CONTRACT.md, section 2), with their defaults. The
+rebuild's config (egf_audit.pipeline.config) overrides them from a TOML file; a capture is judged
+with them as they are, since the capture recorded the trainer, not a config."""
 
 from __future__ import annotations
 

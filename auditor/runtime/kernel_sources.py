@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, option_error
 from egf_audit.kernels import KERNELS, KERNELS_BY_FILE, KernelSpec, bundled_source
 
 # Constructs the CPU backend cannot run faithfully (it runs one thread at a time).
@@ -205,26 +205,33 @@ def load_kernel_set(
     if kernels_dir is not None:
         root = Path(kernels_dir)
         if not root.is_dir():
-            raise AuditEnvironmentError(f"--kernels {root}: no such directory")
+            problem = "is a file, not a directory" if root.exists() else "no such directory"
+            raise option_error(AuditEnvironmentError, "kernels", root, problem)
         for path in sorted(root.glob("*.cu")):
             if path.name in KERNELS_BY_FILE:
                 replaced[path.name] = path
             else:
                 ignored.append(path.name)
         if not replaced:
-            raise AuditEnvironmentError(
-                f"--kernels {root}: holds no known kernel file (expected names like "
-                f"{KERNELS[0].file}; see kernels/README.md)"
+            raise option_error(
+                AuditEnvironmentError,
+                "kernels",
+                root,
+                f"holds no known kernel file (expected names like {KERNELS[0].file}; see "
+                "kernels/README.md)",
             )
     if only:
         if kernels_dir is None:
             raise UsageError("the settings file names no kernels folder to audit")
         missing = [spec.file for spec in KERNELS if spec.file not in replaced]
         if missing:
-            raise UsageError(
-                f"kernels folder {Path(kernels_dir).as_posix()} lacks {len(missing)} of "
-                f"{len(KERNELS)} kernel files ({', '.join(missing)}): a repository whose settings "
-                "name its kernels is audited from them alone, never from egf-audit's bundled ones"
+            raise option_error(
+                UsageError,
+                "kernels",
+                Path(kernels_dir).as_posix(),
+                f"the folder lacks {len(missing)} of {len(KERNELS)} kernel files "
+                f"({', '.join(missing)}): a repository whose settings name its kernels is "
+                "audited from them alone, never from egf-audit's bundled ones",
             )
     headers = headers_under(Path(kernels_dir)) if kernels_dir is not None and replaced else ()
     sources = []

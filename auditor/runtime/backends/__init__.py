@@ -4,7 +4,7 @@ sources compiled by the host compiler, GEMMs through torch). `select_backend` im
 
 from __future__ import annotations
 
-from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.errors import AuditEnvironmentError, UsageError, about_option
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.kernel_sources import KernelSet
 
@@ -50,7 +50,11 @@ def select_backend(
 
             return CudaBackend(kernel_set, timeout_s)
         if device == "cuda":
-            raise AuditEnvironmentError(f"--device cuda asked for, but no usable GPU: {why}")
+            raise about_option(
+                AuditEnvironmentError(f"--device cuda asked for, but no usable GPU: {why}"),
+                "device",
+                f"no usable GPU: {why}",
+            )
     from egf_audit.runtime.backends.cpu import CpuBackend
 
     return CpuBackend(kernel_set, timeout_s)
