@@ -1,5 +1,5 @@
 /* Snapshots: the regions the audit reads around the ABI kernels named in EGF_CAPTURE_SNAPSHOT
- * (SPEC section 3), copied once every earlier launch has finished (only reads: results never
+ * (kernels/CONTRACT.md, the fixed kernels), copied once every earlier launch has finished (only reads: results never
  * change), each as an event with its "mix64" hash over all of it and, up to
  * EGF_CAPTURE_VALUES_MAX elements, its values in snapshots-<pid>.bin. snapshot_region takes any
  * region; the ABI kernels' are chosen by snapshot_abi from the launch's own arguments.
@@ -132,7 +132,7 @@ static int wants_snapshot(const char *name) {
     return 0;
 }
 
-// The ABI kernels' parameter sizes (SPEC section 3): their snapshots read the arguments by these,
+// The ABI kernels' parameter sizes (kernels/CONTRACT.md, the fixed kernels): their snapshots read the arguments by these,
 // so a kernel of the same name with another signature is never snapshotted.
 static int abi_signature(const char *name, const size_t *sizes, int n) {
     static const struct {
@@ -158,7 +158,7 @@ static int abi_signature(const char *name, const size_t *sizes, int n) {
 static long long arg_i(void **params, int i) { return (long long)*(int *)params[i]; }
 static CUdeviceptr arg_p(void **params, int i) { return *(CUdeviceptr *)params[i]; }
 
-// The ABI kernels (SPEC section 3) by name: which regions to copy, before and after.
+// The ABI kernels (kernels/CONTRACT.md, the fixed kernels) by name: which regions to copy, before and after.
 static void abi_snapshots(unsigned long long launch, const char *when, const char *name,
                           void **params) {
     if (strcmp(name, "sp14_scale_wire_col") == 0) {
