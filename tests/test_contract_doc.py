@@ -8,6 +8,7 @@ import fnmatch
 import re
 import subprocess
 import tomllib
+from pathlib import Path
 
 from contract_doc import DOC, REGIONS, ROOT, render
 
