@@ -258,8 +258,9 @@ inline std::vector<float> make_batch(const Dims& D, const BatchPlan& bp, uint64_
   return h;
 }
 
-// Initial weights, PyTorch's nn.Linear default: W and b ~ U(-1/sqrt(in), 1/sqrt(in)), where a
-// bias b_X takes the fan-in of its weight w_X.
+// Initial weights: He-uniform for the ReLU net, W ~ U(-sqrt(6/in), sqrt(6/in)), and biases
+// ~ U(-1/sqrt(in), 1/sqrt(in)) with the fan-in of their weight (b_X belongs to w_X). With these
+// w_b0fc's spectral norm is above sigma_max = 1 from the first step, so the projection acts.
 inline std::vector<float> make_params(const ParamTable& P, uint64_t seed) {
   std::vector<float> w(P.region, 0.0f);
   Rng rng(seed ^ 0x5EEDull);
@@ -269,7 +270,7 @@ inline std::vector<float> make_params(const ParamTable& P, uint64_t seed) {
     if (t.name[0] == 'b')
       for (int j = 0; j < NPARAM; ++j)
         if (P[j].name == "w" + t.name.substr(1)) fan_in = P[j].cols;
-    const double bound = 1.0 / std::sqrt((double)fan_in);
+    const double bound = (t.name[0] == 'b' ? 1.0 : std::sqrt(6.0)) / std::sqrt((double)fan_in);
     for (long long i = 0; i < t.numel(); ++i) w[t.off + i] = (float)((2.0 * rng.uniform() - 1.0) * bound);
   }
   return w;

@@ -477,6 +477,20 @@ void Trainer::self_check(int t, bool live, const std::vector<float>& before,
     report("adam_v " + P[id].name, agree(after.data() + 3 * R + o, v.data() + o, n));
     report("target " + P[id].name, agree(tgt_after.data() + o, T.data() + o, n));
   }
+  if (!live) {  // a closed gate leaves exactly +0.0 in the wire column (the main site's, kept to here)
+    std::vector<float> dx((size_t)D.B * D.X(0));
+    g.download(dx.data(), act(A.d_x[0]), 4 * dx.size());
+    int nonzero = 0;
+    for (int r = 0; r < D.B; ++r) {
+      uint32_t bits;
+      std::memcpy(&bits, &dx[(size_t)r * D.X(0) + D.SH2], 4);
+      nonzero += bits != 0u;
+    }
+    if (nonzero) {
+      ++bad;
+      std::printf("  self-check step %d: %d wire entries are not +0.0 under the sentinel\n", t, nonzero);
+    }
+  }
   report("sn u_b0fc", agree(sn_after.data(), u.data(), D.ADV));
   report("sn v_b0fc", agree(sn_after.data() + D.ADV, sv.data(), vlen));
   std::printf("  self-check step %d: %s (reference losses td %.6f cql %.6f aux %.6f)\n", t,

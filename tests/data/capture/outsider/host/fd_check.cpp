@@ -17,7 +17,6 @@ int main() {
   Vec W(w0.begin(), w0.end()), T(W);
   Rng rng(99);
   for (double& t : T) t += 0.05 * rng.normal();  // a target that is not the online net
-  for (double& w : W) w *= 2.0;                  // larger weights: a non-trivial wire gradient
   RefModel M(D, H, P, batch);
   const RefFwd tg = M.forward(T, true);
   auto loss = [&](const Vec& w, const Vec* frozen) {
