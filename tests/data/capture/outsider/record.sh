@@ -10,9 +10,10 @@
 #   deep     out-deep-NAME  egf-audit capture --deep --layout ... (every call's effect, values)
 #   runtime  out-rt-NAME    the same as default, the trainer run with --api runtime
 #                           (cudaLibraryLoadData / cudaLaunchKernel, cudaMalloc, cudaMemsetAsync)
-# ONLY="clean dw-k-sh2 ..." records those alone. Every folder is then judged with and without
-# its layout file into OUT_DIR/verdicts.jsonl (tests/data/capture/runtime/verdicts.py), and
-# OUT_DIR/log.txt keeps the whole output.
+# ONLY="clean dw-k-sh2 ..." records those alone; MODES=deep (say) one mode, so a long recording
+# can be split into several runs into the same OUT_DIR. Each folder is judged as soon as it is
+# recorded, with and without its layout file, one line each appended to OUT_DIR/verdicts.jsonl
+# (tests/data/capture/runtime/verdicts.py); OUT_DIR/log.txt keeps the whole output.
 set -uo pipefail
 out="${1:?usage: record.sh OUT_DIR}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -40,6 +41,7 @@ capture() { # NAME, then the trainer's arguments; CAPTURE_FLAGS go to egf-audit 
   python "$repo/tests/data/capture/shrink.py" "$work/cap/$name" "$out/$name"
   # the manifest names the scratch folder's files by their names alone
   sed -i "s#$work/##g" "$out/$name/manifest.json"
+  python "$repo/tests/data/capture/runtime/verdicts.py" "$out/$name" "$name" >>"$out/verdicts.jsonl"
 }
 
 for mode in ${MODES:-default deep runtime}; do
@@ -56,8 +58,5 @@ for mode in ${MODES:-default deep runtime}; do
   done
 done
 
-for d in "$out"/out-*/; do
-  python "$repo/tests/data/capture/runtime/verdicts.py" "$d" "$(basename "$d")"
-done >"$out/verdicts.jsonl"
-echo "verdicts: $out/verdicts.jsonl ($(wc -l <"$out/verdicts.jsonl") audits)"
+echo "verdicts: $out/verdicts.jsonl ($(wc -l <"$out/verdicts.jsonl") audits so far)"
 rm -rf "$work"
