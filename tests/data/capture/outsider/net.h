@@ -5,7 +5,8 @@
 //           `region` floats, every tensor at the same offset in all four (so the optimizer
 //           finds a tensor's gradient and moments from its parameter pointer alone);
 //   target  the target net, its own allocation with the same offsets;
-//   batch   one allocation: obs, next_obs, contexts, actions, reward, done, aux_label;
+//   batch   one allocation: obs, next_obs, the branches' context columns for s and s',
+//           actions, reward, done, aux_label;
 //   pool    one allocation for every activation and backward scratch of both nets, the SP14
 //           named buffers (save_h_s2, the concat scratch, the dX concat, d_h_s2, ...) included;
 //   isv     isv_signals, its own allocation (a signal bus other producers would share);
@@ -30,12 +31,6 @@ struct Dims {
   int A[NBRANCH], E[NBRANCH];
   int N_ISV;
   int X(int d) const { return SH2 + E[d]; }  // branch d's input width [h_s2 | extra_d]
-  int ctx_cols() const { return E[1] + E[2] + E[3]; }
-  int ctx_col(int d) const {  // where branch d's context columns start in `contexts`
-    int c = 0;
-    for (int i = 1; i < d; ++i) c += E[i];
-    return c;
-  }
 };
 
 inline bool preset_dims(const std::string& name, Dims* d) {
@@ -49,12 +44,12 @@ inline bool preset_dims(const std::string& name, Dims* d) {
   return true;
 }
 
-// SPEC section 2's hyper-parameters, and this trainer's one of its own (the gate's EMA).
+// The contract's hyper-parameters (SPEC section 2; kernels/CONTRACT.md lists gate_ema too).
 struct Hyper {
   float gamma = 0.99f, kappa = 1.0f, lam_cql = 0.1f, lam_aux = 0.5f;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float tau = 0.005f, sigma_max = 1.0f;
-  float gate_ema = 0.75f;
+  float gate_ema = 0.9f;
 };
 
 // ---- parameters ------------------------------------------------------------------------------
@@ -162,58 +157,67 @@ struct PoolPlan {
   int loss_ld;  // loss_terms' row: 4 TD terms, 4 CQL terms, the aux term
 };
 
+// Region names are kernels/CONTRACT.md's (the names a layout file gives; the float64 oracle
+// of a deep capture reads its buffers by them); d_z2 and the loss scratch are this trainer's own.
 inline PoolPlan make_pool_plan(const Dims& D, int sn_vlen) {
   PoolPlan P;
   Plan& p = P.plan;
-  auto net = [&](NetActs& a, const std::string& pre, bool online) {
+  auto net = [&](NetActs& a, const std::string& pre) {  // pre: "save_" online, "tgt_" target
+    const bool online = pre == "save_";
+    auto bd = [&](int d, const char* what) { return pre + "b" + std::to_string(d) + "_" + what; };
     a.h1 = p.add(pre + "h_s1", D.B, D.SH1);
-    a.h2 = p.add(online ? "save_h_s2" : "tgt_h_s2", D.B, D.SH2);
+    a.h2 = p.add(pre + "h_s2", D.B, D.SH2);
     a.logits = p.add(pre + "aux_logits", D.B, D.AUXK);
     a.p = p.add(online ? "aux_nb_softmax_buf" : "tgt_aux_softmax", D.B, D.AUXK);
     a.x[0] = -1;
-    for (int d = 1; d < NBRANCH; ++d) a.x[d] = p.add(pre + "x_b" + std::to_string(d), D.B, D.X(d));
-    for (int d = 0; d < NBRANCH; ++d) a.hid[d] = p.add(pre + "hid_b" + std::to_string(d), D.B, D.ADV);
-    for (int d = 0; d < NBRANCH; ++d) a.adv[d] = p.add(pre + "adv_b" + std::to_string(d), D.B, D.A[d]);
+    for (int d = 1; d < NBRANCH; ++d) a.x[d] = p.add(bd(d, "concat"), D.B, D.X(d));
+    for (int d = 0; d < NBRANCH; ++d) a.hid[d] = p.add(bd(d, "hid"), D.B, D.ADV);
+    for (int d = 0; d < NBRANCH; ++d) a.adv[d] = p.add(bd(d, "adv"), D.B, D.A[d]);
     a.v_hid = p.add(pre + "v_hid", D.B, D.VALH);
     a.value = p.add(pre + "value", D.B, 1);
     for (int d = 0; d < NBRANCH; ++d) a.q[d] = p.add(pre + "q_b" + std::to_string(d), D.B, D.A[d]);
   };
-  net(P.on, "", true);
-  net(P.tg, "tgt_", false);
+  net(P.on, "save_");
+  net(P.tg, "tgt_");
   P.scratch = p.add("sp14_dir_qaux_concat_scratch", D.B, D.SH2 + 1);
-  for (int d = 0; d < NBRANCH; ++d) P.dq_td[d] = p.add("dq_td_b" + std::to_string(d), D.B, D.A[d]);
+  for (int d = 0; d < NBRANCH; ++d) P.dq_td[d] = p.add("dq_main_b" + std::to_string(d), D.B, D.A[d]);
   for (int d = 0; d < NBRANCH; ++d) P.dq_cql[d] = p.add("dq_cql_b" + std::to_string(d), D.B, D.A[d]);
-  P.td_y = p.add("td_y", D.B, NBRANCH);
+  P.td_y = p.add("td_target", D.B, NBRANCH);
   P.td_argmax = p.add("td_argmax", D.B, NBRANCH);
   P.loss_ld = 2 * NBRANCH + 1;
   P.loss_terms = p.add("loss_terms", D.B, P.loss_ld);
   P.loss_sums = p.add("loss_sums", 1, P.loss_ld);
-  for (int d = 0; d < NBRANCH; ++d) P.d_adv[d] = p.add("d_adv_b" + std::to_string(d), D.B, D.A[d]);
+  for (int d = 0; d < NBRANCH; ++d) P.d_adv[d] = p.add("d_b" + std::to_string(d) + "_adv", D.B, D.A[d]);
   P.d_value = p.add("d_value", D.B, 1);
   P.d_v_hid = p.add("d_v_hid", D.B, D.VALH);
-  for (int d = 0; d < NBRANCH; ++d) P.d_hid[d] = p.add("d_hid_b" + std::to_string(d), D.B, D.ADV);
+  for (int d = 0; d < NBRANCH; ++d) P.d_hid[d] = p.add("d_b" + std::to_string(d) + "_hid", D.B, D.ADV);
   P.d_x[0] = p.add("sp14_d_dir_qaux_concat", D.B, D.SH2 + 1);
-  for (int d = 1; d < NBRANCH; ++d) P.d_x[d] = p.add("d_x_b" + std::to_string(d), D.B, D.X(d));
+  for (int d = 1; d < NBRANCH; ++d) P.d_x[d] = p.add("sp14_d_b" + std::to_string(d) + "_concat", D.B, D.X(d));
   P.d_h_s2 = p.add("d_h_s2", D.B, D.SH2);
   P.d_aux = p.add("d_aux_logits", D.B, D.AUXK);
   P.d_z2 = p.add("d_z2", D.B, D.SH2);
   P.d_h1 = p.add("d_h_s1", D.B, D.SH1);
-  P.sn_wtu = p.add("sn_wtu", 1, sn_vlen);
-  P.sn_wv = p.add("sn_wv", 1, D.ADV);
-  P.sn_norm2 = p.add("sn_norm2", 1, 2);
+  P.sn_wtu = p.add("sn_scratch_v", 1, sn_vlen);  // W^T u, before it is normalised into v
+  P.sn_wv = p.add("sn_scratch_u", 1, D.ADV);     // W v, before it is normalised into u
+  P.sn_norm2 = p.add("sn_norms", 1, 2);          // |W^T u|^2 (norm2_v), |W v|^2 (norm2_u)
   return P;
 }
 
 struct BatchPlan {
   Plan plan;
-  int obs, next_obs, contexts, actions, reward, done, aux_label;
+  int obs, next_obs, actions, reward, done, aux_label;
+  int ctx[NBRANCH], next_ctx[NBRANCH];  // branch d >= 1's E_d context columns for s and s'
 };
 
 inline BatchPlan make_batch_plan(const Dims& D) {
   BatchPlan b;
   b.obs = b.plan.add("obs", D.B, D.OBS);
   b.next_obs = b.plan.add("next_obs", D.B, D.OBS);
-  b.contexts = b.plan.add("contexts", D.B, D.ctx_cols());
+  b.ctx[0] = b.next_ctx[0] = -1;  // the direction branch's extra column is the wire
+  for (int d = 1; d < NBRANCH; ++d) {
+    b.ctx[d] = b.plan.add("ctx_b" + std::to_string(d), D.B, D.E[d]);
+    b.next_ctx[d] = b.plan.add("next_ctx_b" + std::to_string(d), D.B, D.E[d]);
+  }
   b.actions = b.plan.add("actions", D.B, NBRANCH);  // int32, column d = branch d's action
   b.reward = b.plan.add("reward", D.B, 1);
   b.done = b.plan.add("done", D.B, 1);
@@ -248,7 +252,11 @@ inline std::vector<float> make_batch(const Dims& D, const BatchPlan& bp, uint64_
   auto put_int = [&](int r, long long i, int v) { std::memcpy(&at(r, i), &v, 4); };
   for (long long i = 0; i < (long long)D.B * D.OBS; ++i) at(bp.obs, i) = (float)rng.normal();
   for (long long i = 0; i < (long long)D.B * D.OBS; ++i) at(bp.next_obs, i) = (float)rng.normal();
-  for (long long i = 0; i < (long long)D.B * D.ctx_cols(); ++i) at(bp.contexts, i) = (float)rng.normal();
+  for (int d = 1; d < NBRANCH; ++d)
+    for (long long i = 0; i < (long long)D.B * D.E[d]; ++i) {
+      at(bp.ctx[d], i) = (float)rng.normal();
+      at(bp.next_ctx[d], i) = (float)rng.normal();
+    }
   for (int b = 0; b < D.B; ++b) {
     for (int d = 0; d < NBRANCH; ++d) put_int(bp.actions, (long long)b * NBRANCH + d, rng.below(D.A[d]));
     at(bp.reward, b) = (float)rng.normal();

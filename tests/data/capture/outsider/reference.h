@@ -13,8 +13,8 @@
 using Vec = std::vector<double>;
 
 struct RefBatch {
-  Vec obs, next_obs, ctx, reward, done;
-  std::vector<int> actions, labels;  // actions [B, 4]
+  Vec obs, next_obs, ctx[NBRANCH], next_ctx[NBRANCH], reward, done;  // ctx[d]: [B, E_d], d >= 1
+  std::vector<int> actions, labels;                                  // actions [B, 4]
 };
 
 inline RefBatch ref_batch(const Dims& D, const BatchPlan& bp, const std::vector<float>& img) {
@@ -31,7 +31,7 @@ inline RefBatch ref_batch(const Dims& D, const BatchPlan& bp, const std::vector<
   };
   r.obs = floats(bp.obs);
   r.next_obs = floats(bp.next_obs);
-  r.ctx = floats(bp.contexts);
+  for (int d = 1; d < NBRANCH; ++d) r.ctx[d] = floats(bp.ctx[d]), r.next_ctx[d] = floats(bp.next_ctx[d]);
   r.reward = floats(bp.reward);
   r.done = floats(bp.done);
   r.actions = ints(bp.actions);
@@ -80,7 +80,7 @@ class RefModel {
         for (int j = 0; j < D.SH2; ++j) f.x[d][(size_t)r * X + j] = f.h2[(size_t)r * D.SH2 + j];
         for (int e = 0; e < D.E[d]; ++e)
           f.x[d][(size_t)r * X + D.SH2 + e] =
-              d == 0 ? f.wire[r] : b.ctx[(size_t)r * D.ctx_cols() + D.ctx_col(d) + e];
+              d == 0 ? f.wire[r] : (next ? b.next_ctx[d] : b.ctx[d])[(size_t)r * D.E[d] + e];
       }
       linear(f.x[d], X, W, wfc(d), f.hid[d], true);
       linear(f.hid[d], D.ADV, W, wout(d), f.adv[d], false);

@@ -236,11 +236,12 @@ void Trainer::forward(bool online) {
   bias(act(a.logits), W(B_AUX), D.B, D.AUXK, false);
   g.launch(k.softmax, D.B, act(a.p), act(a.logits), D.B, D.AUXK);
   // branch inputs: dir = [h_s2 | wire] into the one scratch (the target's overwrites the
-  // online one, hence the rebuild at each call site); the others = [h_s2 | context columns]
+  // online one, hence the rebuild at each call site); the others = [h_s2 | the branch's
+  // context columns of s, or of s' for the target]
   concat(act(a.h2), act(a.p));
   for (int d = 1; d < NBRANCH; ++d)
-    g.launch(k.branch_input, (long long)D.B * D.X(d), act(a.x[d]), act(a.h2), bat(BP.contexts),
-             D.B, D.SH2, D.ctx_cols(), D.ctx_col(d), D.E[d]);
+    g.launch(k.branch_input, (long long)D.B * D.X(d), act(a.x[d]), act(a.h2),
+             bat(online ? BP.ctx[d] : BP.next_ctx[d]), D.B, D.SH2, D.E[d]);
   const int X0 = D.X(0);
   fc_fwd(act(a.hid[0]), D.ADV, act(A.scratch), X0, W(W_B0FC), X0, D.B,
          is(Fault::fwd_k_sh2) ? D.SH2 : X0);
@@ -538,7 +539,10 @@ void Trainer::write_layout(const std::string& path) const {
   auto shaped = [&](const Plan& plan, dptr base) {
     for (const Region& r : plan.r) {
       std::ostringstream s;
-      s << ", \"shape\": [" << r.rows << ", " << r.cols << "]";
+      if (r.name == "sn_norms")  // two scalars, named as the contract names them
+        s << ", \"tensors\": {\"norm2_v\": [0, 1, 1], \"norm2_u\": [1, 1, 1]}";
+      else
+        s << ", \"shape\": [" << r.rows << ", " << r.cols << "]";
       buf(r.name, base + 4 * (dptr)r.off, r.numel(), s.str());
     }
   };

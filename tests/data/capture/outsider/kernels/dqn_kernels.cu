@@ -33,15 +33,14 @@ extern "C" __global__ void dqn_row_softmax(float* p, const float* logits, int ro
   }
 }
 
-// x = [h | ctx[:, ctx_col : ctx_col + ctx_cols]]: the input row of a branch d >= 1 (h is h_s2,
-// the context columns come from the batch's one context table of row stride ctx_ld).
+// x = [h | ctx]: the input row of a branch d >= 1 (h is h_s2, ctx the branch's context columns).
 extern "C" __global__ void dqn_branch_input(float* x, const float* h, const float* ctx, int rows,
-                                            int h_cols, int ctx_ld, int ctx_col, int ctx_cols) {
+                                            int h_cols, int ctx_cols) {
   const int w = h_cols + ctx_cols;
   DQN_FOR(i, (long long)rows * w) {
     const long long b = i / w;
     const int j = (int)(i % w);
-    x[i] = j < h_cols ? h[b * h_cols + j] : ctx[b * ctx_ld + ctx_col + (j - h_cols)];
+    x[i] = j < h_cols ? h[b * h_cols + j] : ctx[b * ctx_cols + (j - h_cols)];
   }
 }
 
