@@ -44,7 +44,7 @@ inline bool preset_dims(const std::string& name, Dims* d) {
   return true;
 }
 
-// The contract's hyper-parameters (SPEC section 2; kernels/CONTRACT.md lists gate_ema too).
+// The contract's hyper-parameters (kernels/CONTRACT.md section 2).
 struct Hyper {
   float gamma = 0.99f, kappa = 1.0f, lam_cql = 0.1f, lam_aux = 0.5f;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;

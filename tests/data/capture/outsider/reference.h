@@ -1,4 +1,4 @@
-// reference.h: an independent float64 model of one SP14 step (SPEC section 2), written as plain
+// reference.h: an independent float64 model of one SP14 step (kernels/CONTRACT.md section 2), written as plain
 // loops over the same parameter table. --self-check compares the device's gradients and updated
 // state with it; host/fd_check.cpp checks its backward against finite differences of its loss.
 #pragma once

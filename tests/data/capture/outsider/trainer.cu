@@ -1,5 +1,6 @@
-// An SP14 DQN trainer, written from the SP14 contract (SPEC sections 2, 3 and 6, the seed
-// commit, docs/capture.md, kernels/README.md) by someone who never read egf-audit's own rebuild.
+// An SP14 DQN trainer, written from the SP14 contract (kernels/CONTRACT.md sections 2 and 3, the
+// fault catalogue's names, the seed commit, docs/capture.md, kernels/README.md) by someone who
+// never read egf-audit's own rebuild.
 // C++ on the CUDA driver API (or, --api runtime, the runtime API), its kernels compiled at run
 // time by NVRTC, every GEMM through cuBLAS. Run: ./trainer [--preset ci|prod] [--steps N]
 //   [--fault NAME] [--layout-out FILE] [--api driver|runtime] [--self-check] [--kernels DIR]

@@ -2,7 +2,7 @@
 # The trainer's own checks on a machine without a GPU (g++ only):
 #  1. fd_check: reference.h's float64 backward against finite differences of its loss;
 #  2. the trainer on host/sim_gpu.cpp (gpu.h on the CPU): --self-check for 3 steps, clean;
-#     then every fault with --self-check, which must disagree with the SPEC's math except
+#     then every fault with --self-check, which must disagree with the contract's math except
 #     gate-no-clamp (this trainer's raw gate, an accuracy, never leaves [0, 1]);
 #  3. 200 steps: the loss must fall.
 # Usage: bash tests/data/capture/outsider/host/check.sh
@@ -22,7 +22,7 @@ status=0
 while read -r fault _; do
   if "$work/trainer" --self-check --fault "$fault" >"$work/out.txt" 2>&1; then
     case "$fault" in
-    gate-no-clamp) echo "fault $fault: agrees with the SPEC's math (expected)" ;;
+    gate-no-clamp) echo "fault $fault: agrees with the contract's math (expected)" ;;
     *) echo "fault $fault: NOT seen by --self-check"; status=1 ;;
     esac
   else

@@ -1,4 +1,4 @@
-// ABI kernel (SPEC section 3): d_h_s2[b, j] += d_concat[b, j] for j < sh2 (beta = 1). The columns
+// ABI kernel (kernels/CONTRACT.md section 3): d_h_s2[b, j] += d_concat[b, j] for j < sh2 (beta = 1). The columns
 // past sh2 of a branch's concat dX (the wire, the context columns) are never read.
 // One thread per element of d_h_s2.
 extern "C" __global__ void accumulate_d_h_s2_from_concat(float* d_h_s2,

@@ -1,4 +1,4 @@
-// ABI kernel (SPEC section 3): target = tau * online + (1 - tau) * target, over the whole net.
+// ABI kernel (kernels/CONTRACT.md section 3): target = tau * online + (1 - tau) * target, over the whole net.
 // One thread per element.
 extern "C" __global__ void polyak_ema(float* target, const float* online, float tau, long long n) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;

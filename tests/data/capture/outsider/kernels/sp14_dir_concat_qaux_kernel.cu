@@ -1,4 +1,4 @@
-// ABI kernel (SPEC section 3): the direction branch's input row [h_s2 | wire], wire = p[up] - p[down].
+// ABI kernel (kernels/CONTRACT.md section 3): the direction branch's input row [h_s2 | wire], wire = p[up] - p[down].
 // This trainer's own implementation of the fixed signature. One thread per batch row
 // (grid-stride, so any grid that covers `rows` is correct).
 extern "C" __global__ void sp14_dir_concat_qaux(float* concat, const float* h_s2,
