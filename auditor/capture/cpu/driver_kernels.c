@@ -1,0 +1,351 @@
+/* Kernels for `egf-audit capture --cpu`: the trainer's own sources compiled for the CPU.
+ *
+ * egf-audit compiles every kernel source of `--kernels DIR` (and the recorder's own kernels)
+ * behind the CPU shim before the command runs, and the fake NVRTC compiles a program's source
+ * when the trainer asks it; both describe what they built in one text form, a module index:
+ *
+ *     egf-audit-cpu-module/1
+ *     library PATH            a shared library of kernels compiled for the CPU
+ *     kernel I NAME           its I-th kernel: egf_cpu_run_I, egf_cpu_params_I, egf_cpu_fn_I
+ *     refused NAME WHY        a kernel that cannot run on the CPU, and why
+ *
+ * EGF_CPU_KERNEL_INDEX names the file of the first; the second is the "PTX" the fake NVRTC
+ * hands out, loaded back by cuModuleLoadData. A module loaded from real PTX or a cubin is
+ * matched by the names it defines: a kernel is found by its symbol (extern "C" or C++-mangled)
+ * or else by the identifier a C++ symbol names. Parameters are read by the types of the
+ * source's signature (the compiled library's own table of sizes and alignments).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver_internal.h"
+
+#define INDEX_MAGIC "egf-audit-cpu-module/1"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static CUfunction known;  // every function the index and the modules made, newest first
+
+// The identifier a symbol names: itself for an extern "C" symbol, the last <source-name> of an
+// Itanium-mangled one ("_Z19sp14_scale_wire_colPfPKfiiii", "_ZN2ns3fooEPf" -> "foo").
+static char *identifier(const char *symbol) {
+    if (strncmp(symbol, "_Z", 2) != 0) return strdup(symbol);
+    const char *p = symbol + 2, *last = NULL;
+    long last_len = 0;
+    int nested = 0;
+    if (*p == 'L') ++p;
+    if (*p == 'N') {
+        nested = 1;
+        ++p;
+        while (*p == 'K' || *p == 'V' || *p == 'r') ++p;
+    }
+    while (*p >= '1' && *p <= '9') {
+        char *end;
+        long len = strtol(p, &end, 10);
+        if ((long)strnlen(end, (size_t)len) < len) break;
+        last = end;
+        last_len = len;
+        p = end + len;
+        if (!nested) break;
+        if (*p == 'L') ++p;
+    }
+    return last ? strndup(last, (size_t)last_len) : strdup(symbol);
+}
+
+static CUfunction new_function(const char *symbol, const char *name) {
+    CUfunction f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->symbol = strdup(symbol);
+    f->name = name ? strdup(name) : identifier(symbol);
+    pthread_mutex_lock(&lock);
+    f->next = known;
+    known = f;
+    pthread_mutex_unlock(&lock);
+    return f;
+}
+
+static CUfunction refused_function(const char *symbol, const char *why) {
+    CUfunction f = new_function(symbol, NULL);
+    if (f) f->why = strdup(why);
+    return f;
+}
+
+// The I-th kernel of a compiled library, with its parameters' sizes and offsets.
+static CUfunction library_kernel(void *lib, int i, const char *name) {
+    char sym[64];
+    snprintf(sym, sizeof sym, "egf_cpu_run_%d", i);
+    void *run = dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "egf_cpu_params_%d", i);
+    int (*params)(unsigned long *, unsigned long *, int) = (int (*)(unsigned long *, unsigned long *, int))dlsym(lib, sym);
+    snprintf(sym, sizeof sym, "egf_cpu_fn_%d", i);
+    void *(*fn)(void) = (void *(*)(void))dlsym(lib, sym);
+    if (!run || !params || !fn) return NULL;
+    Dl_info info;
+    const char *symbol = dladdr(fn(), &info) && info.dli_sname ? info.dli_sname : name;
+    CUfunction f = new_function(symbol, name);
+    if (!f) return NULL;
+    f->run = (void (*)(const unsigned *, const unsigned *, void **))run;
+    unsigned long sizes[EGF_MAX_PARAMS], aligns[EGF_MAX_PARAMS];
+    int n = params(sizes, aligns, EGF_MAX_PARAMS);
+    if (n > EGF_MAX_PARAMS) {
+        f->why = strdup("more than 64 parameters");
+        n = 0;
+    }
+    size_t at = 0;
+    for (int k = 0; k < n; ++k) {
+        size_t align = aligns[k] ? aligns[k] : 1;
+        at = (at + align - 1) / align * align;
+        f->offsets[k] = at;
+        f->sizes[k] = sizes[k];
+        at += sizes[k];
+    }
+    f->nparams = n;
+    return f;
+}
+
+// Read an index (a file's text or an NVRTC image); the functions it made go to `out` when
+// given (a module's own), else only into the known list.
+static int read_index(const char *text, CUfunction **out, int *out_count) {
+    if (strncmp(text, INDEX_MAGIC, strlen(INDEX_MAGIC)) != 0) return 0;
+    char *copy = strdup(text), *save = NULL;
+    void *lib = NULL;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        CUfunction f = NULL;
+        if (strncmp(line, "library ", 8) == 0) {
+            lib = dlopen(line + 8, RTLD_NOW | RTLD_LOCAL);
+            if (!lib) fprintf(stderr, "egf-audit capture --cpu: %s\n", dlerror());
+        } else if (strncmp(line, "kernel ", 7) == 0) {
+            int i;
+            char name[1024];
+            if (sscanf(line + 7, "%d %1023s", &i, name) != 2) continue;
+            f = lib ? library_kernel(lib, i, name) : NULL;
+            if (!f) f = refused_function(name, "its CPU library did not load");
+        } else if (strncmp(line, "refused ", 8) == 0) {
+            char *why = strchr(line + 8, ' ');
+            if (!why) continue;
+            *why++ = '\0';
+            f = refused_function(line + 8, why);
+        }
+        if (f && out) {
+            f->program = 1;
+            CUfunction *grown = realloc(*out, (size_t)(*out_count + 1) * sizeof *grown);
+            if (grown) {
+                *out = grown;
+                (*out)[(*out_count)++] = f;
+            }
+        }
+    }
+    free(copy);
+    return 1;
+}
+
+static char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap) {
+            char *grown = realloc(buf, 2 * cap + 1);
+            if (!grown) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf) buf[n] = '\0';
+    if (size) *size = n;
+    return buf;
+}
+
+HIDDEN void egf_cpu_load_kernel_index(void) {
+    const char *path = getenv("EGF_CPU_KERNEL_INDEX");
+    if (!path || !*path) return;
+    char *text = read_file(path, NULL);
+    if (!text || !read_index(text, NULL, NULL))
+        fprintf(stderr, "egf-audit capture --cpu: the kernel index %s cannot be read\n", path);
+    free(text);
+}
+
+// A kernel known from the --kernels index (not from an NVRTC module) by its symbol, else by
+// the identifier it names; `why` says why none can be used.
+HIDDEN CUfunction egf_cpu_lookup(const char *symbol, const char **why) {
+    char *ident = identifier(symbol);
+    CUfunction exact = NULL, by_name = NULL;
+    int named = 0;
+    pthread_mutex_lock(&lock);
+    for (CUfunction f = known; f; f = f->next) {
+        if (f->host || f->program) continue;
+        if (strcmp(f->symbol, symbol) == 0 && !exact) exact = f;
+        if (strcmp(f->name, ident) == 0) {
+            if (!by_name || by_name->why) by_name = f;
+            ++named;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    free(ident);
+    *why = NULL;
+    if (exact) return exact;
+    if (named > 1 && by_name && !by_name->why) {
+        *why = "several kernels in the --kernels sources have this name";
+        return NULL;
+    }
+    if (!by_name) *why = "no source in --kernels defines it";
+    return by_name;
+}
+
+EGF_CPU_API CUfunction egf_cpu_function_named(const char *symbol) {
+    const char *why = NULL;
+    CUfunction f = egf_cpu_lookup(symbol, &why);
+    return f ? f : refused_function(symbol, why);
+}
+
+EGF_CPU_API CUfunction egf_cpu_host_function(const char *symbol, void (*run)(void *), size_t bytes) {
+    CUfunction f = new_function(symbol, symbol);
+    if (!f) return NULL;
+    f->host = run;
+    f->nparams = 1;
+    f->sizes[0] = bytes;
+    return f;
+}
+
+EGF_CPU_API const char *egf_cpu_function_symbol(CUfunction f) { return f ? f->symbol : NULL; }
+
+/* ---- modules ---- */
+static void add_entry(CUmodule m, const char *name, size_t len) {
+    char **grown = realloc(m->entries, (size_t)(m->entry_count + 1) * sizeof *grown);
+    if (!grown) return;
+    m->entries = grown;
+    m->entries[m->entry_count++] = strndup(name, len);
+}
+
+// `.entry NAME(` lines of a PTX text
+static void ptx_entries(CUmodule m, const char *ptx) {
+    m->entries = calloc(1, sizeof *m->entries);
+    for (const char *p = ptx; (p = strstr(p, ".entry")) != NULL; p += 6) {
+        const char *s = p + 6;
+        while (*s == ' ' || *s == '\t') ++s;
+        const char *e = s;
+        while (*e && *e != '(' && *e != ' ' && *e != '\t' && *e != '\n') ++e;
+        if (e > s) add_entry(m, s, (size_t)(e - s));
+    }
+}
+
+// the kernels of an ELF cubin: its `.text.NAME` sections
+static void cubin_entries(CUmodule m, const unsigned char *elf, size_t size) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)elf;
+    if (size < sizeof *eh || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr) > size || eh->e_shstrndx >= eh->e_shnum)
+        return;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(elf + eh->e_shoff);
+    const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+    if (names->sh_offset + names->sh_size > size) return;
+    m->entries = calloc(1, sizeof *m->entries);
+    for (int i = 0; i < eh->e_shnum; ++i) {
+        if (sh[i].sh_name >= names->sh_size) continue;
+        const char *name = (const char *)elf + names->sh_offset + sh[i].sh_name;
+        if (strncmp(name, ".text.", 6) == 0) add_entry(m, name + 6, strlen(name + 6));
+    }
+}
+
+HIDDEN CUresult egf_cpu_module_load(CUmodule *module, const void *image, size_t size) {
+    if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+    CUmodule m = calloc(1, sizeof *m);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    const char *text = image;
+    if (strncmp(text, INDEX_MAGIC, strlen(INDEX_MAGIC)) == 0) {
+        read_index(text, &m->own, &m->own_count);
+    } else if (memcmp(image, ELFMAG, SELFMAG) == 0) {
+        cubin_entries(m, image, size ? size : (size_t)-1 / 2);
+    } else if (strstr(text, ".version") && strstr(text, ".target")) {
+        ptx_entries(m, text);
+    }  // a fatbin or anything else: not read; kernels are then looked up by name alone
+    *module = m;
+    return CUDA_SUCCESS;
+}
+
+HIDDEN CUresult egf_cpu_module_function(CUfunction *f, CUmodule m, const char *name) {
+    if (!f || !m || !name) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < m->own_count; ++i) {
+        if (strcmp(m->own[i]->symbol, name) == 0 || strcmp(m->own[i]->name, name) == 0) {
+            *f = m->own[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    if (m->own) return CUDA_ERROR_NOT_FOUND;  // an NVRTC program defines what it defines
+    if (m->entries) {
+        int found = 0;
+        for (int i = 0; i < m->entry_count && !found; ++i) found = strcmp(m->entries[i], name) == 0;
+        if (!found) return CUDA_ERROR_NOT_FOUND;
+    }
+    *f = egf_cpu_function_named(name);
+    return *f ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* ---- launches ---- */
+HIDDEN CUresult egf_cpu_param_info(CUfunction f, size_t i, size_t *offset, size_t *size) {
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    if (f->why || i >= (size_t)f->nparams) return CUDA_ERROR_INVALID_VALUE;
+    if (offset) *offset = f->offsets[i];
+    if (size) *size = f->sizes[i];
+    return CUDA_SUCCESS;
+}
+
+// kernelParams, or the arguments packed in `extra` at the signature's offsets
+static int arguments(CUfunction f, void **params, void **extra, void **store) {
+    if (params) {
+        for (int i = 0; i < f->nparams; ++i) store[i] = params[i];
+        return 1;
+    }
+    if (!extra) return f->nparams == 0;
+    unsigned char *buf = NULL;
+    size_t size = 0;
+    for (int i = 0; i < 16 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            size = *(size_t *)extra[i + 1];
+    }
+    for (int i = 0; i < f->nparams; ++i) {
+        if (!buf || f->offsets[i] + f->sizes[i] > size) return 0;
+        store[i] = buf + f->offsets[i];
+    }
+    return 1;
+}
+
+HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                               unsigned shared, void **params, void **extra) {
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    if (f->why) {
+        char why[1200];
+        snprintf(why, sizeof why, "kernel %s cannot run on the CPU: %s", f->name, f->why);
+        egf_cpu_refuse(f->symbol, why);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (shared) {
+        egf_cpu_refuse(f->symbol, "a launch with dynamic shared memory (the CPU shim models none)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    for (int d = 0; d < 3; ++d)
+        if (!grid[d] || !block[d]) return CUDA_ERROR_INVALID_VALUE;
+    if ((unsigned long long)block[0] * block[1] * block[2] > 1024) return CUDA_ERROR_INVALID_VALUE;
+    void *store[EGF_MAX_PARAMS];
+    if (!arguments(f, params, extra, store)) return CUDA_ERROR_INVALID_VALUE;
+    if (f->host)
+        f->host(store[0]);
+    else
+        f->run(grid, block, store);
+    char after[1100];
+    snprintf(after, sizeof after, "kernel %s", f->name);
+    egf_cpu_check_guards(after);
+    return CUDA_SUCCESS;
+}
