@@ -13,7 +13,12 @@
 struct egf_dim3 {
   unsigned int x, y, z;
 };
-static thread_local egf_dim3 threadIdx, blockIdx, blockDim, gridDim;
+// one launcher per thread here; egf-audit capture --cpu runs one launch at a time and defines
+// EGF_CPU_THREAD_LOCAL empty (a thread-local read costs a call per kernel thread there)
+#ifndef EGF_CPU_THREAD_LOCAL
+#define EGF_CPU_THREAD_LOCAL thread_local
+#endif
+static EGF_CPU_THREAD_LOCAL egf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #define __global__
 #define __device__

@@ -12,9 +12,10 @@ source whose other code needs one, a template kernel, an overloaded name, and ev
 source the host compiler refuses: a launch of one is refused (exit 2), never run.
 
 What was built is written as a module index (its format: cpu/driver_kernels.c). The fake NVRTC
-runs this module (`python -m egf_audit.capture.cpu_kernels`) with the program on stdin:
+runs this module (`python -m egf_audit.capture.cpu_kernels`) once per process and sends it each
+program on stdin:
 
-    name NAME\\n  header NAME BYTES\\n<bytes>  ...  source BYTES\\n<bytes>
+    name NAME\\n  header NAME BYTES\\n<bytes>  ...  source BYTES\\n<bytes>  end\\n
 
 (and `define NAME[=VALUE]`, `include DIR` lines for its -D and -I options), and hands the
 index it prints to the trainer as the program's "PTX".
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
+from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import SHIM_HEADER, bundled_dir
 from egf_audit.runtime.backends.cpu_build import KernelCompileError, build_library
 from egf_audit.runtime.kernel_sources import first_unsupported, headers_under, strip_comments
@@ -195,7 +197,8 @@ def build_source(
         f"EGF_CPU_KERNEL({i}, {k.qualified})" for i, k in enumerate(kernels) if not k.why
     )
     unit = (
-        f'#include "{SHIM_HEADER}"\n#include "{LAUNCH_HEADER}"\n{prelude}'
+        f'#define EGF_CPU_THREAD_LOCAL\n#include "{SHIM_HEADER}"\n#include "{LAUNCH_HEADER}"\n'
+        f"{prelude}"
         f'#line 1 "{display}"\n{body}\n'
         f'#line 1 "egf-audit-cpu-launcher.cpp"\n{launchers}\n'
     )
@@ -243,13 +246,15 @@ class Program:
     defines: list[str] = field(default_factory=list)  # -D NAME[=VALUE]
 
 
-def read_program(stream: BinaryIO) -> Program:
-    """The request the fake NVRTC writes (this module's docstring), with `define NAME[=VALUE]`
-    and `include DIR` lines for its -D and -I options."""
+def read_program(stream: BinaryIO) -> Program | None:
+    """One request of the fake NVRTC (this module's docstring), up to its `end` line; None at
+    the end of the stream."""
     program = Program()
     included: dict[str, str] = {}
     while line := stream.readline():
         word, _, rest = line.decode().rstrip("\n").partition(" ")
+        if word == "end":
+            break
         if word == "name":
             program.name = rest or program.name
         elif word == "define":
@@ -261,18 +266,35 @@ def read_program(stream: BinaryIO) -> Program:
             program.headers[hname] = stream.read(int(count)).decode("utf-8", errors="replace")
         elif word == "source":
             program.source = stream.read(int(rest)).decode("utf-8", errors="replace")
+    else:
+        return None
     program.headers = {**included, **program.headers}  # the program's own win
     return program
 
 
-def main() -> int:
-    program = read_program(sys.stdin.buffer)
+def compile_program(program: Program) -> str:
+    """An NVRTC program's module index."""
     prelude = "".join(
         f"#define {name} {value or 1}\n"
         for name, _, value in (d.partition("=") for d in program.defines)
     )
-    built = build_source(program.source, program.name, program.headers, prelude=prelude)
-    sys.stdout.write(module_index([built]))
+    return module_index(
+        [build_source(program.source, program.name, program.headers, prelude=prelude)]
+    )
+
+
+def main() -> int:
+    """Answer the fake NVRTC's requests, one after another, until it closes the stream: "ok
+    BYTES" and the module index, or "error BYTES" and why (the cache could not be used)."""
+    out = sys.stdout.buffer
+    while (program := read_program(sys.stdin.buffer)) is not None:
+        try:
+            status, text = "ok", compile_program(program)
+        except AuditEnvironmentError as exc:
+            status, text = "error", str(exc)
+        data = text.encode()
+        out.write(f"{status} {len(data)}\n".encode() + data)
+        out.flush()
     return 0
 
 

@@ -28,6 +28,7 @@
 #define INDEX_MAGIC "egf-audit-cpu-module/1"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUfunction known;  // every function the index and the modules made, newest first
 
 // The identifier a symbol names: itself for an extern "C" symbol, the last <source-name> of an
@@ -340,10 +341,14 @@ HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsig
     if ((unsigned long long)block[0] * block[1] * block[2] > 1024) return CUDA_ERROR_INVALID_VALUE;
     void *store[EGF_MAX_PARAMS];
     if (!arguments(f, params, extra, store)) return CUDA_ERROR_INVALID_VALUE;
+    // one launch at a time, as one device queue runs them: a kernel library's threadIdx,
+    // blockIdx, ... are plain statics (cpu_kernels.py defines EGF_CPU_THREAD_LOCAL empty)
+    pthread_mutex_lock(&launch_lock);
     if (f->host)
         f->host(store[0]);
     else
         f->run(grid, block, store);
+    pthread_mutex_unlock(&launch_lock);
     char after[1100];
     snprintf(after, sizeof after, "kernel %s", f->name);
     egf_cpu_check_guards(after);

@@ -1,22 +1,22 @@
 /* libnvrtc for `egf-audit capture --cpu`: a program is compiled from the source string the
  * trainer hands it, for the CPU, behind the shim the CPU backend uses.
  *
- * nvrtcCompileProgram runs egf-audit's own compiler for it (`EGF_CPU_PYTHON -m
- * egf_audit.capture.cpu_kernels`, which builds through the CPU backend's compile rules and
- * cache) and keeps what it prints: a module index naming the compiled library and each kernel
- * (or why one is refused). That index is the program's "PTX" and "CUBIN": cuModuleLoadData of
+ * nvrtcCompileProgram hands it to egf-audit's own compiler (`EGF_CPU_PYTHON -m
+ * egf_audit.capture.cpu_kernels`, one process kept for all the programs of the trainer, which
+ * builds through the CPU backend's compile rules and cache) and keeps what it answers: a module
+ * index naming the compiled library and each kernel (or why one is refused). That index is the program's "PTX" and "CUBIN": cuModuleLoadData of
  * the fake libcuda loads it back. Options it keeps: -D NAME[=VALUE] (prepended as #define) and
  * -I DIR / --include-path=DIR (headers under DIR); the others (the architecture, -std, ...) do
  * not change what runs on the CPU.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "egf_cpu.h"
@@ -188,58 +188,65 @@ static char **compiler_environment(void) {
     return env;
 }
 
-// runs the compiler; its stdout in *out, its stderr in *err; the exit status, or -1
-static int run_compiler(const Buffer *in, Buffer *out, Buffer *err) {
+/* One compiler per process, started at the first compile and kept: it answers each request
+ * with "ok BYTES\n" and the module index, or "error BYTES\n" and why. */
+static struct {
+    pthread_mutex_t lock;
+    pid_t owner, pid;  // the process that started it (a forked child starts its own)
+    FILE *to, *from;
+} helper = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int helper_start(Buffer *err) {
     const char *python = getenv("EGF_CPU_PYTHON");
     if (!python || !*python) {
         put_str(err, "EGF_CPU_PYTHON is not set: the program was not run by egf-audit capture --cpu");
-        return -1;
+        return 0;
     }
-    int to[2], from[2], errs[2];
-    if (pipe(to) || pipe(from) || pipe(errs)) return -1;
+    int to[2], from[2];
+    if (pipe2(to, O_CLOEXEC) || pipe2(from, O_CLOEXEC)) return 0;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, to[0], 0);
     posix_spawn_file_actions_adddup2(&fa, from[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, errs[1], 2);
-    int fds[6] = {to[0], to[1], from[0], from[1], errs[0], errs[1]};
-    for (int i = 0; i < 6; ++i) posix_spawn_file_actions_addclose(&fa, fds[i]);
     char *argv[] = {(char *)python, "-m", "egf_audit.capture.cpu_kernels", NULL};
     char **env = compiler_environment();
-    pid_t pid;
-    int rc = posix_spawn(&pid, python, &fa, NULL, argv, env);
+    int rc = posix_spawn(&helper.pid, python, &fa, NULL, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
-    close(to[0]), close(from[1]), close(errs[1]);
+    close(to[0]), close(from[1]);
     if (rc != 0) {
-        close(to[1]), close(from[0]), close(errs[0]);
+        close(to[1]), close(from[0]);
         put_str(err, strerror(rc));
-        return -1;
+        return 0;
     }
-    // the compiler reads the whole request before it writes anything
-    for (size_t done = 0; done < in->size;) {
-        ssize_t w = write(to[1], in->data + done, in->size - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += (size_t)w;
-    }
-    close(to[1]);
+    helper.to = fdopen(to[1], "w");
+    helper.from = fdopen(from[0], "r");
+    helper.owner = getpid();
+    return helper.to && helper.from;
+}
+
+// one request to the compiler: 0 with the index in *out, or -1 with why in *err
+static int run_compiler(const Buffer *in, Buffer *out, Buffer *err) {
+    pthread_mutex_lock(&helper.lock);
+    int ok = helper.owner == getpid() || helper_start(err);
+    char head[64];
+    size_t bytes = 0;
+    if (ok) ok = fwrite(in->data, 1, in->size, helper.to) == in->size && fputs("end\n", helper.to) >= 0 &&
+                 fflush(helper.to) == 0 && fgets(head, sizeof head, helper.from) != NULL;
+    if (ok) ok = sscanf(head + (head[0] == 'o' ? 3 : 6), "%zu", &bytes) == 1;
+    Buffer *into = ok && !strncmp(head, "ok ", 3) ? out : err;
     char chunk[65536];
-    for (ssize_t r; (r = read(from[0], chunk, sizeof chunk)) != 0;) {
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) break;
-        put(out, chunk, (size_t)r);
+    for (size_t got; ok && bytes > 0; bytes -= got) {
+        got = fread(chunk, 1, bytes < sizeof chunk ? bytes : sizeof chunk, helper.from);
+        if (!got) ok = 0;
+        else put(into, chunk, got);
     }
-    for (ssize_t r; (r = read(errs[0], chunk, sizeof chunk)) != 0;) {
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) break;
-        put(err, chunk, (size_t)r);
+    if (!ok) {
+        put_str(err, "egf-audit's compiler for the CPU ended without an answer");
+        helper.owner = 0;  // the next compile starts another
     }
-    close(from[0]), close(errs[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    pthread_mutex_unlock(&helper.lock);
+    return ok && into == out ? 0 : -1;
 }
 
 // a name expression's kernel ("foo", "&foo", "ns::foo") lowered to its symbol, from the index
