@@ -22,7 +22,9 @@ import os
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError
@@ -123,7 +125,10 @@ def _libraries(cupti_soname: str) -> list[Library]:
 
 
 # ---- stubs from the headers ----
-def _declared(cc: str, toolkit: Toolkit, header: str, result: str, defines: list[str]) -> set[str]:
+@lru_cache(maxsize=8)
+def _declared(
+    cc: str, toolkit: Toolkit, header: str, result: str, defines: tuple[str, ...]
+) -> set[str]:
     """The entry points a toolkit header declares returning `result`, read from the
     preprocessor's output (so versioned and per-thread names are the symbols' own)."""
     found: set[str] = set()
@@ -199,7 +204,7 @@ def _unmodeled_list(family: str) -> list[str]:
 
 def _stubs(cc: str, toolkit: Toolkit, lib: Library) -> str:
     if lib.stubs == "driver_stubs.c":
-        declared = _declared(cc, toolkit, "cuda.h", "CUresult", ["-D__CUDA_API_VERSION_INTERNAL"])
+        declared = _declared(cc, toolkit, "cuda.h", "CUresult", ("-D__CUDA_API_VERSION_INTERNAL",))
         return stubs_source(sorted(declared - _implemented(lib.sources, "CUresult")))
     if lib.stubs == "cudart_stubs.c":
         declared = _declared(
@@ -207,7 +212,7 @@ def _stubs(cc: str, toolkit: Toolkit, lib: Library) -> str:
             toolkit,
             "cuda_runtime_api.h",
             "cudaError_t",
-            ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"],
+            ("-DCUDA_API_PER_THREAD_DEFAULT_STREAM",),
         )
         return stubs_source(sorted(declared - _implemented(lib.sources, "cudaError_t")))
     implemented: set[str] = set()
@@ -296,18 +301,27 @@ def _links(folder: Path) -> None:
             link.symlink_to(built.name)
 
 
+def _header(toolkit: Toolkit, name: str) -> bytes:
+    for folder in toolkit.include:
+        if (folder / name).exists():
+            return (folder / name).read_bytes()
+    raise AuditEnvironmentError(f"capture --cpu needs the CUDA toolkit's {name}: not found")
+
+
 def build_cpu_libraries(recorder: Path) -> Path:
     """The folder holding the fake libraries (and their unversioned names), built once per
-    distinct (sources, stubs, flags, compiler, toolkit, cupti soname)."""
+    distinct (sources, toolkit headers, flags, compiler, cupti soname); the stubs are generated
+    from the headers only when it is built."""
     toolkit = find_toolkit()
     cc = c_compiler()
     libs = _libraries(cupti_soname(recorder))
-    stubs = {lib.soname: _stubs(cc, toolkit, lib) if lib.stubs else None for lib in libs}
-    parts = [c_compiler_id(cc), " ".join(C_FLAGS), *map(str, toolkit.include)]
+    digest = hashlib.sha256(f"{c_compiler_id(cc)}\0{C_FLAGS}\0{toolkit.include}".encode())
+    for header in ("cuda.h", "cuda_runtime_api.h"):
+        digest.update(_header(toolkit, header))
     for path in sorted(SOURCES.iterdir()):
-        parts.append(f"{path.name}\0{path.read_text(encoding='utf-8')}")
-    parts += [f"{lib}\0{lib.soname}\0{stubs[lib.soname]}" for lib in libs]
-    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(repr(libs).encode() + Path(__file__).read_bytes())
+    key = digest.hexdigest()[:24]
     root = cache_dir(CACHE_KIND)
     folder = root / key
     if (folder / "libcuda.so.1").exists():
@@ -317,8 +331,15 @@ def build_cpu_libraries(recorder: Path) -> Path:
         with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
             work = Path(tmp) / "libs"
             work.mkdir()
-            for lib in libs:  # libcuda.so.1 first: the others link against it
-                _compile(cc, toolkit, lib, work, stubs[lib.soname])
+
+            def build(lib: Library) -> None:
+                _compile(cc, toolkit, lib, work, _stubs(cc, toolkit, lib) if lib.stubs else None)
+
+            build(libs[0])  # libcuda.so.1 first: the others link against it
+            later = [lib for lib in libs[1:] if not lib.needs]
+            with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+                list(pool.map(build, later))
+                list(pool.map(build, [lib for lib in libs[1:] if lib.needs]))
             for scratch in [*work.glob("*.map"), *work.glob("*.stubs.c")]:
                 scratch.unlink()
             _links(work)

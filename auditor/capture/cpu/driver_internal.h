@@ -49,6 +49,8 @@ HIDDEN CUresult egf_cpu_module_load(CUmodule *module, const void *image, size_t 
 HIDDEN CUresult egf_cpu_module_function(CUfunction *f, CUmodule module, const char *name);
 HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                                unsigned shared, void **params, void **extra);
+HIDDEN void egf_cpu_run_guarded(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                void **store, const char *what);
 HIDDEN CUresult egf_cpu_param_info(CUfunction f, size_t i, size_t *offset, size_t *size);
 
 /* The API calls themselves: ENTER, the work, EXIT (driver domain). */

@@ -19,6 +19,8 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +325,45 @@ static int arguments(CUfunction f, void **params, void **extra, void **store) {
     return 1;
 }
 
+/* A kernel that faults (a read or write outside every mapping: past an allocation's end, into
+ * a guard page; an integer division by zero; __trap) ends the process there, as a GPU's
+ * illegal address or launch failure ends the trainer's run: one line naming the kernel, then
+ * exit(128 + the signal), so the recorder's exit handler still writes every event up to this
+ * launch, and the capture's manifest records the death (run --capture: incomplete). */
+static sigjmp_buf fault_jump;
+static volatile sig_atomic_t fault_signal;
+static void on_fault(int sig) {
+    fault_signal = sig;
+    siglongjmp(fault_jump, 1);
+}
+
+HIDDEN void egf_cpu_run_guarded(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                void **store, const char *what) {
+    static const int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+    struct sigaction handler, before[4];
+    memset(&handler, 0, sizeof handler);
+    handler.sa_handler = on_fault;
+    sigemptyset(&handler.sa_mask);
+    handler.sa_flags = SA_NODEFER;
+    if (sigsetjmp(fault_jump, 1)) {
+        fprintf(stderr,
+                "egf-audit capture --cpu: %s faulted (signal %d: %s): stopped, as a GPU stops "
+                "at an illegal address or a failed launch\n",
+                what, (int)fault_signal,
+                fault_signal == SIGFPE   ? "an arithmetic fault"
+                : fault_signal == SIGILL ? "a trap"
+                                         : "memory outside every allocation");
+        fflush(stderr);
+        exit(128 + fault_signal);
+    }
+    for (int i = 0; i < 4; ++i) sigaction(signals[i], &handler, &before[i]);
+    if (f->host)
+        f->host(store[0]);
+    else
+        f->run(grid, block, store);
+    for (int i = 0; i < 4; ++i) sigaction(signals[i], &before[i], NULL);
+}
+
 HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                                unsigned shared, void **params, void **extra) {
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
@@ -341,16 +382,13 @@ HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsig
     if ((unsigned long long)block[0] * block[1] * block[2] > 1024) return CUDA_ERROR_INVALID_VALUE;
     void *store[EGF_MAX_PARAMS];
     if (!arguments(f, params, extra, store)) return CUDA_ERROR_INVALID_VALUE;
+    char after[1100];
+    snprintf(after, sizeof after, "kernel %s", f->name);
     // one launch at a time, as one device queue runs them: a kernel library's threadIdx,
     // blockIdx, ... are plain statics (cpu_kernels.py defines EGF_CPU_THREAD_LOCAL empty)
     pthread_mutex_lock(&launch_lock);
-    if (f->host)
-        f->host(store[0]);
-    else
-        f->run(grid, block, store);
+    egf_cpu_run_guarded(f, grid, block, store, after);
     pthread_mutex_unlock(&launch_lock);
-    char after[1100];
-    snprintf(after, sizeof after, "kernel %s", f->name);
     egf_cpu_check_guards(after);
     return CUDA_SUCCESS;
 }

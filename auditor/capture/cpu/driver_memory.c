@@ -4,9 +4,10 @@
  * inaccessible guard page. It is placed so that its end rounded up to 256 bytes (the
  * allocation granularity the recorder's --deep comparison reads, the slack included) is the end
  * of its pages: a write past that end, or a read of it, faults at once (the process dies of
- * SIGSEGV, as a GPU's illegal address ends it, and the capture is incomplete). The bytes before
- * the allocation in its first page hold a canary, checked after every launch; a changed canary
- * ends the process the same way, naming the kernel. Its start is 256-byte aligned, as
+ * SIGSEGV, caught: driver_kernels.c ends the process as a GPU's illegal address ends the run,
+ * and the capture is incomplete). The bytes before the allocation in its first page hold a
+ * canary, checked after every launch; a changed canary ends the process the same way, naming
+ * the kernel. Its start is 256-byte aligned, as
  * cudaMalloc's is.
  */
 #define _GNU_SOURCE
@@ -132,8 +133,8 @@ EGF_CPU_API void egf_cpu_check_guards(const char *after) {
                     after, (size_t)(allocs[i].base - p), (void *)allocs[i].base,
                     allocs[i].bytes);
             fflush(stderr);
-            signal(SIGSEGV, SIG_DFL);
-            raise(SIGSEGV);
+            pthread_mutex_unlock(&lock);
+            exit(128 + SIGSEGV);  // as a fault in the kernel ends it (driver_kernels.c)
         }
     }
     pthread_mutex_unlock(&lock);
