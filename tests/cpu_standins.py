@@ -14,7 +14,8 @@ NVRTC from egf-audit's CPU libraries (the toolkit here ships none of them). At r
     trainer-cxx     the same with C++-named (mangled) kernels (and their sources, kernels-cxx/)
     trainer-driver  runtime/trainer_driver.cpp: the driver API, every kernel through NVRTC
     gemm_probe      runtime/gemm_probe.cu: every GEMM entry point, no SP14 trainer
-    cpu_probe       cpu/cpu_probe.cu: what --cpu runs, refuses and stops
+    cpu_probe       cpu/cpu_probe.cu: what --cpu runs, refuses and stops (and the PTX of its
+                    kernels, probe_kernels.ptx)
     cpu_probe-static  the same with nvcc's static runtime
 """
 
@@ -90,10 +91,22 @@ def _plans(work: Path, _: Path) -> None:
     _run([*MAKE_PLAN, str(work), "--config", str(RUNTIME / "small.toml"), *faults])
 
 
-def _program(source: Path, out: str, runtime: list[str], more: list[str] = ()) -> Callable:
+def _program(source: Path, out: str, runtime: list[str], more: tuple[str, ...] = ()) -> Callable:
     def build(work: Path, libraries: Path) -> None:
         _run([_nvcc(), *NVCC_FLAGS, *runtime, str(source), "-o", str(work / out),
               *_link(libraries), *more])  # fmt: skip
+
+    return build
+
+
+def _cpu_probe(out: str, runtime: list[str]) -> Callable:
+    """cpu_probe, and the PTX of its kernels (for `cpu_probe ptx PATH`)."""
+    program = _program(CPU / "cpu_probe.cu", out, runtime, ("-l:libcuda.so.1",))
+
+    def build(work: Path, libraries: Path) -> None:
+        program(work, libraries)
+        _run([_nvcc(), "-ptx", "-arch=compute_75", str(CPU / "kernels" / "probe_kernels.cu"),
+              "-o", str(work / "probe_kernels.ptx")])  # fmt: skip
 
     return build
 
@@ -130,11 +143,11 @@ ARTIFACTS: dict[str, tuple[list[Path], Callable[[Path, Path], None]]] = {
     ),
     "cpu_probe": (
         [*CPU.rglob("*.cu"), RUNTIME / "cublas_decls.h"],
-        _program(CPU / "cpu_probe.cu", "cpu_probe", SHARED),
+        _cpu_probe("cpu_probe", SHARED),
     ),
     "cpu_probe-static": (
         [*CPU.rglob("*.cu"), RUNTIME / "cublas_decls.h"],
-        _program(CPU / "cpu_probe.cu", "cpu_probe-static", []),
+        _cpu_probe("cpu_probe-static", []),
     ),
 }
 

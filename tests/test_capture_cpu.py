@@ -201,6 +201,19 @@ def test_cublas_on_the_cpu_computes_exactly_what_its_arguments_say(built, tmp_pa
     )
 
 
+@needs_nvcc
+def test_a_kernel_of_a_ptx_module_runs_from_its_source_and_never_from_another(built, tmp_path):
+    """cuModuleLoad of nvcc's PTX: `fill` runs as the probe's source compiled for the CPU (the
+    program checks every element). A --kernels folder whose `fill` takes other parameters than
+    the PTX entry's is refused, never run in its place."""
+    probe = built["cpu_probe"]
+    command = [str(probe / "cpu_probe"), "ptx", str(probe / "probe_kernels.ptx")]
+    _capture(tmp_path / "cap", command, PROBE_KERNELS)
+    with pytest.raises(UsageError) as refused:
+        run_cpu_capture(command, tmp_path / "other", PROBE_KERNELS.with_name("kernels-other"))
+    assert "the module's PTX gives it 3 parameters, its --kernels source 2" in str(refused.value)
+
+
 # ---- what --cpu refuses, and what it stops ----
 @needs_nvcc
 @pytest.mark.parametrize(

@@ -42,9 +42,10 @@ struct CUmod_st {
     int own_count;
     char **entries;   // the names the image defines; NULL: not readable (any name is looked up)
     int entry_count;
+    int *entry_params;      // PTX: each entry's parameter count (-1: not read)
+    size_t **entry_sizes;   // PTX: and their sizes
 };
 
-HIDDEN CUfunction egf_cpu_lookup(const char *symbol, const char **why);
 HIDDEN CUresult egf_cpu_module_load(CUmodule *module, const void *image, size_t size);
 HIDDEN CUresult egf_cpu_module_function(CUfunction *f, CUmodule module, const char *name);
 HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],

@@ -11,8 +11,9 @@
  *
  * EGF_CPU_KERNEL_INDEX names the file of the first; the second is the "PTX" the fake NVRTC
  * hands out, loaded back by cuModuleLoadData. A module loaded from real PTX or a cubin is
- * matched by the names it defines: a kernel is found by its symbol (extern "C" or C++-mangled)
- * or else by the identifier a C++ symbol names. Parameters are read by the types of the
+ * matched by the names it defines: a kernel is found by its exact symbol (extern "C", or
+ * C++-mangled, which spells its parameter types), and where PTX gives an entry's parameters
+ * they must be the source's (count and sizes). Parameters are read by the types of the
  * source's signature (the compiled library's own table of sizes and alignments).
  */
 #define _GNU_SOURCE
@@ -179,37 +180,36 @@ HIDDEN void egf_cpu_load_kernel_index(void) {
     free(text);
 }
 
-// A kernel known from the --kernels index (not from an NVRTC module) by its symbol, else by
-// the identifier it names; `why` says why none can be used.
-HIDDEN CUfunction egf_cpu_lookup(const char *symbol, const char **why) {
+/* The kernel of a symbol among the --kernels sources (never an NVRTC program's): the compiled
+ * kernel of exactly that symbol, extern "C" or C++-mangled, so a C++ kernel's parameter types
+ * are the program's own (its mangled name spells them). Else a refused one: a kernel of that
+ * identifier the sources could not run (its reason), one of that identifier under another
+ * symbol (another signature or linkage: never run in its place), or none. */
+EGF_CPU_API CUfunction egf_cpu_function_named(const char *symbol) {
     char *ident = identifier(symbol);
-    CUfunction exact = NULL, by_name = NULL;
-    int named = 0;
+    CUfunction exact = NULL, refused = NULL, other = NULL;
     pthread_mutex_lock(&lock);
     for (CUfunction f = known; f; f = f->next) {
         if (f->host || f->program) continue;
-        if (strcmp(f->symbol, symbol) == 0 && !exact) exact = f;
+        if (!f->why && strcmp(f->symbol, symbol) == 0 && !exact) exact = f;
         if (strcmp(f->name, ident) == 0) {
-            if (!by_name || by_name->why) by_name = f;
-            ++named;
+            if (f->why && !refused) refused = f;
+            if (!f->why && strcmp(f->symbol, symbol) != 0 && !other) other = f;
         }
     }
     pthread_mutex_unlock(&lock);
     free(ident);
-    *why = NULL;
     if (exact) return exact;
-    if (named > 1 && by_name && !by_name->why) {
-        *why = "several kernels in the --kernels sources have this name";
-        return NULL;
-    }
-    if (!by_name) *why = "no source in --kernels defines it";
-    return by_name;
-}
-
-EGF_CPU_API CUfunction egf_cpu_function_named(const char *symbol) {
-    const char *why = NULL;
-    CUfunction f = egf_cpu_lookup(symbol, &why);
-    return f ? f : refused_function(symbol, why);
+    if (refused) return refused;
+    char why[1400];
+    if (other)
+        snprintf(why, sizeof why,
+                 "the --kernels sources define it as %.600s, not as %.600s (another signature or "
+                 "linkage than the program's)",
+                 other->symbol, symbol);
+    else
+        snprintf(why, sizeof why, "no source in --kernels defines it");
+    return refused_function(symbol, why);
 }
 
 EGF_CPU_API CUfunction egf_cpu_host_function(const char *symbol, void (*run)(void *), size_t bytes) {
@@ -224,14 +224,37 @@ EGF_CPU_API CUfunction egf_cpu_host_function(const char *symbol, void (*run)(voi
 EGF_CPU_API const char *egf_cpu_function_symbol(CUfunction f) { return f ? f->symbol : NULL; }
 
 /* ---- modules ---- */
-static void add_entry(CUmodule m, const char *name, size_t len) {
+static void add_entry(CUmodule m, const char *name, size_t len, int nparams, size_t *sizes) {
     char **grown = realloc(m->entries, (size_t)(m->entry_count + 1) * sizeof *grown);
-    if (!grown) return;
-    m->entries = grown;
-    m->entries[m->entry_count++] = strndup(name, len);
+    int *counts = realloc(m->entry_params, (size_t)(m->entry_count + 1) * sizeof *counts);
+    size_t **lists = realloc(m->entry_sizes, (size_t)(m->entry_count + 1) * sizeof *lists);
+    if (grown) m->entries = grown;
+    if (counts) m->entry_params = counts;
+    if (lists) m->entry_sizes = lists;
+    if (!grown || !counts || !lists) return;
+    m->entries[m->entry_count] = strndup(name, len);
+    m->entry_params[m->entry_count] = nparams;
+    m->entry_sizes[m->entry_count++] = sizes;
 }
 
-// `.entry NAME(` lines of a PTX text
+// one `.param` declaration's bytes: `.param .u64 x`, `.param .align 8 .b8 x[24]`
+static size_t ptx_param_bytes(const char *decl, const char *end) {
+    const char *bracket = memchr(decl, '[', (size_t)(end - decl));
+    if (bracket) return (size_t)strtoul(bracket + 1, NULL, 10);  // .b8 arrays: bytes
+    static const struct {
+        const char *type;
+        size_t bytes;
+    } types[] = {{".u64", 8}, {".s64", 8}, {".b64", 8}, {".f64", 8}, {".u32", 4}, {".s32", 4},
+                 {".b32", 4}, {".f32", 4}, {".u16", 2}, {".s16", 2}, {".b16", 2}, {".f16", 2},
+                 {".u8", 1},  {".s8", 1},  {".b8", 1}};
+    for (size_t i = 0; i < sizeof types / sizeof *types; ++i) {
+        const char *at = strstr(decl, types[i].type);
+        if (at && at < end) return types[i].bytes;
+    }
+    return 0;
+}
+
+// `.entry NAME(.param ..., ...)` of a PTX text: each entry's name and parameter sizes
 static void ptx_entries(CUmodule m, const char *ptx) {
     m->entries = calloc(1, sizeof *m->entries);
     for (const char *p = ptx; (p = strstr(p, ".entry")) != NULL; p += 6) {
@@ -239,7 +262,22 @@ static void ptx_entries(CUmodule m, const char *ptx) {
         while (*s == ' ' || *s == '\t') ++s;
         const char *e = s;
         while (*e && *e != '(' && *e != ' ' && *e != '\t' && *e != '\n') ++e;
-        if (e > s) add_entry(m, s, (size_t)(e - s));
+        if (e == s) continue;
+        const char *open = strchr(e, '('), *close = open ? strchr(open, ')') : NULL;
+        const char *body = strchr(e, '{');
+        int n = -1;
+        size_t *sizes = NULL;
+        if (open && close && (!body || open < body)) {
+            n = 0;
+            sizes = calloc(EGF_MAX_PARAMS, sizeof *sizes);
+            for (const char *d = open; sizes && (d = strstr(d, ".param")) && d < close && n < EGF_MAX_PARAMS; ++n) {
+                const char *next = strchr(d + 6, ',');
+                const char *stop = next && next < close ? next : close;
+                sizes[n] = ptx_param_bytes(d, stop);
+                d = stop;
+            }
+        }
+        add_entry(m, s, (size_t)(e - s), n, sizes);
     }
 }
 
@@ -256,7 +294,7 @@ static void cubin_entries(CUmodule m, const unsigned char *elf, size_t size) {
     for (int i = 0; i < eh->e_shnum; ++i) {
         if (sh[i].sh_name >= names->sh_size) continue;
         const char *name = (const char *)elf + names->sh_offset + sh[i].sh_name;
-        if (strncmp(name, ".text.", 6) == 0) add_entry(m, name + 6, strlen(name + 6));
+        if (strncmp(name, ".text.", 6) == 0) add_entry(m, name + 6, strlen(name + 6), -1, NULL);
     }
 }
 
@@ -285,12 +323,25 @@ HIDDEN CUresult egf_cpu_module_function(CUfunction *f, CUmodule m, const char *n
         }
     }
     if (m->own) return CUDA_ERROR_NOT_FOUND;  // an NVRTC program defines what it defines
-    if (m->entries) {
-        int found = 0;
-        for (int i = 0; i < m->entry_count && !found; ++i) found = strcmp(m->entries[i], name) == 0;
-        if (!found) return CUDA_ERROR_NOT_FOUND;
-    }
+    int entry = -1;
+    for (int i = 0; m->entries && i < m->entry_count && entry < 0; ++i)
+        if (strcmp(m->entries[i], name) == 0) entry = i;
+    if (m->entries && entry < 0) return CUDA_ERROR_NOT_FOUND;
     *f = egf_cpu_function_named(name);
+    if (!*f) return CUDA_ERROR_OUT_OF_MEMORY;
+    // the module's own parameters (PTX says them) must be the source's
+    int n = entry >= 0 ? m->entry_params[entry] : -1;
+    int differ = n >= 0 && !(*f)->why && n != (*f)->nparams;
+    for (int i = 0; n >= 0 && !differ && !(*f)->why && i < n; ++i)
+        differ = m->entry_sizes[entry][i] != (*f)->sizes[i];
+    if (differ) {
+        char why[512];
+        snprintf(why, sizeof why,
+                 "the module's PTX gives it %d parameters, its --kernels source %d (or other "
+                 "sizes): they are not the same kernel",
+                 n, (*f)->nparams);
+        *f = refused_function(name, why);
+    }
     return *f ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 

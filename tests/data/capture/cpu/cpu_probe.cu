@@ -15,8 +15,11 @@
 // write-past    a kernel writing past its allocation (stopped: the process dies of SIGSEGV)
 // write-before  a kernel writing just before its allocation, into the canary in front of it
 //               (stopped the same way)
+// ptx PATH      the driver API: `fill` from a module loaded from PTX (nvcc -ptx of
+//               kernels/probe_kernels.cu), checked (exit 0)
 //
 // Built with nvcc -cudart shared against the cuBLAS prototypes of cublas_decls.h.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -76,6 +79,23 @@ int main(int argc, char **argv) {
     return gemm_checked(h, 4);
   }
   if (mode == "k-short") return gemm_checked(h, 3);
+  if (mode == "ptx" && argc > 2) {
+    CUmodule module;
+    CUfunction f;
+    if (CUresult r = cuModuleLoad(&module, argv[2])) return fail("cuModuleLoad", r);
+    if (CUresult r = cuModuleGetFunction(&f, module, "fill")) return fail("cuModuleGetFunction", r);
+    CUdeviceptr p = (CUdeviceptr)x;
+    int n = 1000;
+    float value = 3.5f;
+    void *args[] = {&p, &n, &value};
+    if (CUresult r = cuLaunchKernel(f, 4, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr))
+      return fail("cuLaunchKernel", r);
+    float back[1000];
+    cudaMemcpy(back, x, sizeof back, cudaMemcpyDeviceToHost);
+    for (float v : back)
+      if (v != 3.5f) return fail("fill from PTX", 0);
+    return 0;
+  }
   if (mode == "lda-short") {
     float one = 1.0f, zero = 0.0f;
     int status = cublasSgemm_v2(h, 0, 0, 8, 2, 2, &one, x, 4, x + 100, 2, &zero, x + 200, 8);
