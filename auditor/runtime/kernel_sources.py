@@ -141,9 +141,9 @@ def check_source(spec: KernelSpec, text: str, path: str) -> None:
     """Raise AuditEnvironmentError naming file and line for a wrong entry point or an
     unsupported construct."""
     code = strip_comments(text)
-    found = first_unsupported(code)
-    if found is not None:
-        lineno, token, what = found
+    unsupported = first_unsupported(code)
+    if unsupported is not None:
+        lineno, token, what = unsupported
         raise AuditEnvironmentError(
             f"{path}:{lineno}: `{token}` ({what}) is not supported: kernels must be plain "
             "per-thread code so the CPU backend can run the same source"
