@@ -320,3 +320,76 @@ def test_the_unmodeled_entry_points_expand_and_each_stub_refuses_by_name():
     assert 'egf_cpu_refuse("cuGraphLaunch", "CUDA graphs: egf-audit capture --cpu does not' in stubs
     assert 'egf_cpu_refuse("cuFoo", "egf-audit capture --cpu does not model this call")' in stubs
     assert stubs.count("return 801;") == 2
+
+
+# ---- the command line and the libraries themselves (no stand-in built) ----
+def _toolkit_or_skip() -> None:
+    from egf_audit.capture.build import find_toolkit
+    from egf_audit.errors import AuditEnvironmentError
+
+    try:
+        find_toolkit()
+    except AuditEnvironmentError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--kernels", "src/kernels"], "give --cpu with it"),
+        (["--cpu", "--kernels", "no-such-folder"], "--kernels no-such-folder: no such folder"),
+    ],
+)
+def test_kernels_without_cpu_or_of_no_folder_is_refused_in_one_line(tmp_path, flags, words):
+    from typer.testing import CliRunner
+
+    from egf_audit.cli.app import app
+
+    out = tmp_path / "c"
+    result = CliRunner().invoke(app, ["capture", *flags, "--out", str(out), "--", "true"])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("egf-audit: error:")]
+    assert len(lines) == 1 and words in lines[0], result.output
+    assert not out.exists()
+
+
+def test_the_fakes_come_first_for_the_loader_and_the_trainer_s_cublas_log_is_dropped(tmp_path):
+    from egf_audit.capture.cpu_capture import _environment
+
+    env = {"LD_LIBRARY_PATH": "/opt/cuda/lib64", "CUBLAS_LOGINFO_DBG": "1"}
+    _environment(tmp_path / "libs", tmp_path / "k.index", tmp_path / "r.txt", env)
+    assert env["LD_LIBRARY_PATH"] == f"{tmp_path / 'libs'}:/opt/cuda/lib64"
+    assert env["EGF_CPU_KERNEL_INDEX"] == str(tmp_path / "k.index")
+    assert env["EGF_CPU_REFUSALS"] == str(tmp_path / "r.txt")
+    assert "CUBLAS_LOGINFO_DBG" not in env
+
+
+def test_a_header_entry_point_the_fakes_do_not_model_refuses_by_name(tmp_path):
+    """The stubs generated from cuda.h and cuda_runtime_api.h: a call returns 801 (not
+    supported) and leaves one refusal line; a modeled one works."""
+    import subprocess
+    import sys
+
+    from egf_audit.capture.build import build_recorder
+    from egf_audit.capture.cpu_libraries import build_cpu_libraries
+
+    _toolkit_or_skip()
+    libs = build_cpu_libraries(build_recorder())
+    refusals = tmp_path / "refused.txt"
+    script = (
+        "import ctypes, sys\n"
+        f"cuda = ctypes.CDLL('{libs}/libcuda.so.1')\n"
+        f"rt = ctypes.CDLL('{libs}/libcudart.so.13')\n"
+        "assert cuda.cuInit(0) == 0\n"
+        "assert cuda.cuGraphCreate(None, 0) == 801\n"
+        "assert rt.cudaGraphLaunch(None, None) == 801\n"
+        "assert cuda.cuGraphCreate(None, 0) == 801\n"
+    )
+    env = {"EGF_CPU_REFUSALS": str(refusals), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert refusals.read_text().splitlines() == [
+        "cuGraphCreate\tCUDA graphs: egf-audit capture --cpu does not model them",
+        "cudaGraphLaunch\tCUDA graphs: egf-audit capture --cpu does not model them",
+    ]
+    assert proc.stderr.count("egf-audit capture --cpu: refused") == 2  # once per name

@@ -219,6 +219,8 @@ NOT_THE_STANDIN = {
     "(tests/test_capture_h200_programs.py judges those)",
     "deep": "the stand-in captured --deep on the H200 (tests/test_capture_h200_programs.py "
     "judges those; the emulation's deep capture is tests/test_capture_deep.py's)",
+    "cpu": "capture --cpu's probe program, its kernels and its benchmark: no recording "
+    "(tests/test_capture_cpu.py builds and captures them on the CPU)",
 }
 # CuPy's own kernels the emulation writes (the guard zones' canary fill, a one-element upload):
 # compared with their launch shape and raw parameters

@@ -396,7 +396,11 @@ HIDDEN void egf_cpu_run_guarded(CUfunction f, const unsigned grid[3], const unsi
     handler.sa_handler = on_fault;
     sigemptyset(&handler.sa_mask);
     handler.sa_flags = SA_NODEFER;
+    // one launch at a time, as one device queue runs them: a kernel library's threadIdx,
+    // blockIdx, ... are plain statics (cpu_kernels.py defines EGF_CPU_THREAD_LOCAL empty)
+    pthread_mutex_lock(&launch_lock);
     if (sigsetjmp(fault_jump, 1)) {
+        pthread_mutex_unlock(&launch_lock);  // the trainer's exit handlers may still launch
         fprintf(stderr,
                 "egf-audit capture --cpu: %s faulted (signal %d: %s): stopped, as a GPU stops "
                 "at an illegal address or a failed launch\n",
@@ -413,6 +417,7 @@ HIDDEN void egf_cpu_run_guarded(CUfunction f, const unsigned grid[3], const unsi
     else
         f->run(grid, block, store);
     for (int i = 0; i < 4; ++i) sigaction(signals[i], &before[i], NULL);
+    pthread_mutex_unlock(&launch_lock);
 }
 
 HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
@@ -435,11 +440,7 @@ HIDDEN CUresult egf_cpu_launch(CUfunction f, const unsigned grid[3], const unsig
     if (!arguments(f, params, extra, store)) return CUDA_ERROR_INVALID_VALUE;
     char after[1100];
     snprintf(after, sizeof after, "kernel %s", f->name);
-    // one launch at a time, as one device queue runs them: a kernel library's threadIdx,
-    // blockIdx, ... are plain statics (cpu_kernels.py defines EGF_CPU_THREAD_LOCAL empty)
-    pthread_mutex_lock(&launch_lock);
     egf_cpu_run_guarded(f, grid, block, store, after);
-    pthread_mutex_unlock(&launch_lock);
     egf_cpu_check_guards(after);
     return CUDA_SUCCESS;
 }
