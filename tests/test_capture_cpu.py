@@ -263,6 +263,33 @@ def test_a_kernel_writing_outside_its_allocation_ends_the_process(
     assert not audit.ok and audit.incomplete
 
 
+@needs_nvcc
+@pytest.mark.parametrize(
+    ("mode", "code", "words"),
+    [
+        (
+            "hang",
+            124,
+            "kernel spin ran longer than 1 s (EGF_CPU_LAUNCH_TIMEOUT): stopped as a hang",
+        ),
+        ("exit", 134, "kernel quit called exit(), which no device code can"),
+    ],
+)
+def test_a_kernel_that_hangs_or_exits_ends_the_capture_incomplete(
+    built, tmp_path, monkeypatch, capfd, mode, code, words
+):
+    """A hang is stopped by the launch watchdog (the CPU backend's default, 1 s here); a kernel
+    source that calls exit() cannot end the capture as a complete one: the recorder's exit
+    event is written, and the process's status is 134 all the same."""
+    monkeypatch.setattr("egf_audit.capture.cpu_capture.DEFAULT_LAUNCH_TIMEOUT_S", 1.0)
+    out = tmp_path / "cap"
+    outcome = run_cpu_capture([str(built["cpu_probe"] / "cpu_probe"), mode], out, PROBE_KERNELS)
+    assert outcome.exit_code == code
+    assert words in capfd.readouterr().err
+    audit = audit_capture(out, use_layout=False)
+    assert not audit.ok and audit.incomplete
+
+
 # ---- the pieces, without a build ----
 SOURCE = """
 namespace ns {

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
 
 from .build import build_recorder
 from .command import DEFAULT_SNAPSHOT, CaptureOutcome, Platform, run_capture
@@ -61,6 +62,8 @@ def _environment(libraries: Path, index: Path, refusals: Path, env: dict) -> Non
     env["EGF_CPU_KERNEL_INDEX"] = str(index)
     env["EGF_CPU_REFUSALS"] = str(refusals)
     env["EGF_CPU_PYTHON"] = sys.executable
+    # a launch running longer is stopped as a hang, as the CPU backend's worker stops one
+    env["EGF_CPU_LAUNCH_TIMEOUT"] = str(int(DEFAULT_LAUNCH_TIMEOUT_S))
     # cuBLAS's own logger settings of the trainer's: the recorder turns its logger on itself
     for name in ("CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG"):
         env.pop(name, None)

@@ -263,6 +263,7 @@ def cupti_soname(recorder: Path) -> str:
 # ---- the build ----
 def _link_flags(lib: Library, folder: Path) -> list[str]:
     flags = ["-shared", f"-Wl,-soname,{lib.soname}", "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"]
+    flags.append("-lrt")  # timer_create, in libc itself from glibc 2.34
     if lib.versioned:
         script = folder / f"{lib.soname}.map"
         script.write_text(f"{lib.soname} {{ global: *; }};\n", encoding="ascii")

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "driver_internal.h"
 
@@ -380,27 +382,84 @@ static int arguments(CUfunction f, void **params, void **extra, void **store) {
  * a guard page; an integer division by zero; __trap) ends the process there, as a GPU's
  * illegal address or launch failure ends the trainer's run: one line naming the kernel, then
  * exit(128 + the signal), so the recorder's exit handler still writes every event up to this
- * launch, and the capture's manifest records the death (run --capture: incomplete). */
+ * launch, and the capture's manifest records the death (run --capture: incomplete). So does a
+ * launch running longer than EGF_CPU_LAUNCH_TIMEOUT seconds (a hang: exit 124), and a kernel
+ * that calls exit() itself (which no device code can) has the process end with status 134
+ * after the recorder's exit handler ran. */
 static sigjmp_buf fault_jump;
 static volatile sig_atomic_t fault_signal;
+static volatile int in_kernel;
+static const char *running;  // the kernel being run ("kernel NAME")
+static __thread timer_t tl_watchdog;
+static __thread int tl_watchdog_made;
+#define WATCHDOG (SIGRTMIN + 7)
+
 static void on_fault(int sig) {
     fault_signal = sig;
     siglongjmp(fault_jump, 1);
 }
 
+static void exit_inside_kernel(void) {
+    if (!in_kernel) return;
+    fprintf(stderr, "egf-audit capture --cpu: %s called exit(), which no device code can: "
+            "the process ends with status 134\n", running);
+    fflush(stderr);
+    _exit(128 + SIGABRT);
+}
+
+__attribute__((constructor)) static void watch_exits(void) {
+    atexit(exit_inside_kernel);  // registered before the recorder's: it runs after it
+}
+
+static void arm(int seconds) {
+    if (seconds <= 0) return;
+    if (!tl_watchdog_made) {
+        struct sigevent ev;
+        memset(&ev, 0, sizeof ev);
+        ev.sigev_notify = SIGEV_THREAD_ID;
+        ev.sigev_signo = WATCHDOG;
+        ev._sigev_un._tid = (int)gettid();
+        tl_watchdog_made = timer_create(CLOCK_MONOTONIC, &ev, &tl_watchdog) == 0;
+    }
+    struct itimerspec in = {{0, 0}, {seconds, 0}};
+    if (tl_watchdog_made) timer_settime(tl_watchdog, 0, &in, NULL);
+}
+
+static void disarm(void) {
+    struct itimerspec off = {{0, 0}, {0, 0}};
+    if (tl_watchdog_made) timer_settime(tl_watchdog, 0, &off, NULL);
+}
+
+static int launch_timeout(void) {
+    const char *s = getenv("EGF_CPU_LAUNCH_TIMEOUT");
+    return s && *s ? atoi(s) : 120;
+}
+
 HIDDEN void egf_cpu_run_guarded(CUfunction f, const unsigned grid[3], const unsigned block[3],
                                 void **store, const char *what) {
-    static const int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-    struct sigaction handler, before[4];
+    int signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, WATCHDOG};
+    enum { N = sizeof signals / sizeof *signals };
+    struct sigaction handler, before[N];
     memset(&handler, 0, sizeof handler);
     handler.sa_handler = on_fault;
     sigemptyset(&handler.sa_mask);
     handler.sa_flags = SA_NODEFER;
+    int seconds = launch_timeout();
     // one launch at a time, as one device queue runs them: a kernel library's threadIdx,
     // blockIdx, ... are plain statics (cpu_kernels.py defines EGF_CPU_THREAD_LOCAL empty)
     pthread_mutex_lock(&launch_lock);
     if (sigsetjmp(fault_jump, 1)) {
+        disarm();
+        in_kernel = 0;
         pthread_mutex_unlock(&launch_lock);  // the trainer's exit handlers may still launch
+        if (fault_signal == WATCHDOG) {
+            fprintf(stderr,
+                    "egf-audit capture --cpu: %s ran longer than %d s (EGF_CPU_LAUNCH_TIMEOUT): "
+                    "stopped as a hang\n",
+                    what, seconds);
+            fflush(stderr);
+            exit(124);
+        }
         fprintf(stderr,
                 "egf-audit capture --cpu: %s faulted (signal %d: %s): stopped, as a GPU stops "
                 "at an illegal address or a failed launch\n",
@@ -411,12 +470,17 @@ HIDDEN void egf_cpu_run_guarded(CUfunction f, const unsigned grid[3], const unsi
         fflush(stderr);
         exit(128 + fault_signal);
     }
-    for (int i = 0; i < 4; ++i) sigaction(signals[i], &handler, &before[i]);
+    for (int i = 0; i < N; ++i) sigaction(signals[i], &handler, &before[i]);
+    running = what;
+    in_kernel = 1;
+    arm(seconds);
     if (f->host)
         f->host(store[0]);
     else
         f->run(grid, block, store);
-    for (int i = 0; i < 4; ++i) sigaction(signals[i], &before[i], NULL);
+    disarm();
+    in_kernel = 0;
+    for (int i = 0; i < N; ++i) sigaction(signals[i], &before[i], NULL);
     pthread_mutex_unlock(&launch_lock);
 }
 

@@ -15,6 +15,8 @@
 // write-past    a kernel writing past its allocation (stopped: the process dies of SIGSEGV)
 // write-before  a kernel writing just before its allocation, into the canary in front of it
 //               (stopped the same way)
+// hang          a kernel that never ends (stopped after EGF_CPU_LAUNCH_TIMEOUT seconds)
+// exit          a kernel whose CPU source calls exit(0) (the process ends with status 134)
 // ptx PATH      the driver API: `fill` from a module loaded from PTX (nvcc -ptx of
 //               kernels/probe_kernels.cu), checked (exit 0)
 //
@@ -122,6 +124,8 @@ int main(int argc, char **argv) {
     cublasGemmEx(h, 0, 0, 4, 4, 4, &one, x, 2, 4, x + 16, 2, 4, &zero, x + 32, 2, 4, 68, -1);
   }
   if (mode == "write-past") write_past<<<1, 32>>>(x, 1000);
+  if (mode == "hang") spin<<<1, 1>>>(x);
+  if (mode == "exit") quit<<<1, 1>>>(x);
   if (mode == "write-before") {  // 400 bytes: the bytes before it in its page are its canary
     float *y;
     cudaMalloc((void **)&y, 100 * sizeof(float));

@@ -1,6 +1,6 @@
 // Kernels of the --cpu probe (cpu_probe.cu, beside this folder): plain per-thread ones --cpu
-// runs, one it refuses (shared memory and a barrier), and two that write outside their
-// allocation, which the guard zones stop.
+// runs, one it refuses (shared memory and a barrier), two that write outside their allocation,
+// which the guard zones stop, one that hangs and one that exits.
 extern "C" __global__ void fill(float *x, int n, float value) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = value;
@@ -24,4 +24,20 @@ extern "C" __global__ void write_past(float *x, int n) {
 extern "C" __global__ void write_before(float *x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i == 0 && n > 0) x[-2] = 1.0f;
+}
+
+// a kernel that never ends
+extern "C" __global__ void spin(float *x) {
+  volatile int forever = 1;
+  while (forever) {
+  }
+  x[0] = 0.0f;
+}
+
+// a kernel whose source, compiled for the CPU, ends the process (no device code can)
+extern "C" __global__ void quit(float *x) {
+#ifdef EGF_CPU_SHIM
+  exit(0);
+#endif
+  x[0] = 0.0f;
 }
