@@ -15,6 +15,9 @@ process and the capture is incomplete. The stand-ins are built once and cached
 
 from __future__ import annotations
 
+import collections
+import gzip
+import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -95,6 +98,37 @@ def test_the_runtime_trainer_on_the_cpu_gets_its_h200_verdicts(built, tmp_path, 
     folder = _capture(tmp_path / "cap", _runtime(built, tmp_path, fault), KERNELS)
     _same_verdicts(folder, "rt-clean-shared-cudart" if fault == "clean" else f"rt-{fault}")
     assert _statuses(folder, True)[0] is (fault == "clean")
+
+
+def _own_calls(folder: Path) -> collections.Counter:
+    """The events of the trainer's own calls as the recorder wrote them: its kernel launches
+    (with their API, the runtime call they came through and their parameter sizes), copies,
+    memsets and snapshot regions; not cuBLAS's own launches and allocations."""
+    (path,) = folder.glob("events-*.jsonl*")
+    opener = gzip.open if path.suffix == ".gz" else open
+    calls: collections.Counter = collections.Counter()
+    with opener(path, "rt") as f:
+        for event in map(json.loads, f):
+            if event["ev"] == "kernel" and not event.get("by", "").startswith("libcublas"):
+                sizes = tuple(size for size, _ in event["params"])
+                calls["kernel", event["api"], event.get("via"), event["name"], sizes] += 1
+            elif event["ev"] in ("copy", "memset"):
+                calls[event["ev"], event["api"], event["bytes"]] += 1
+            elif event["ev"] == "snapshot":
+                calls["snapshot", event["when"], event["region"], event["elements"]] += 1
+    return calls
+
+
+@needs_nvcc
+def test_the_recorder_writes_the_trainer_s_calls_as_it_wrote_them_on_the_h200(built, tmp_path):
+    """The fakes fire CUPTI's callbacks as NVIDIA's stack does: every launch of the trainer is
+    the driver's cuLaunchKernel reached through the runtime's cudaLaunchKernel (the recorder's
+    runtime path), with the parameter sizes of the H200's; copies, memsets and snapshot regions
+    the same, number for number."""
+    folder = _capture(tmp_path / "cap", _runtime(built, tmp_path, "clean"), KERNELS)
+    ours, h200 = _own_calls(folder), _own_calls(RECORDED / "rt-clean-shared-cudart")
+    assert sum(ours.values()) == 248 + 79 + 12 + 75
+    assert ours == h200
 
 
 @needs_nvcc
