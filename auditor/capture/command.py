@@ -141,12 +141,12 @@ def _ended(code: int) -> str:
     return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
-def _diagnose(procs: list[ProcessCapture], code: int) -> None:
+def _diagnose(procs: list[ProcessCapture], code: int, ask_driver: bool = True) -> None:
     """The exit-3 line when the capture recorded nothing usable. No process at all: the driver
     never loaded the recorder, which is what a machine without a usable GPU gives, so the
-    driver is asked whether there is one."""
+    driver is asked whether there is one (not on a Platform's own driver: `--cpu`)."""
     if not procs:
-        no_gpu = driver.no_gpu_reason()
+        no_gpu = driver.no_gpu_reason() if ask_driver else None
         if no_gpu is not None:
             raise AuditEnvironmentError(
                 f"egf-audit capture needs a usable NVIDIA GPU and this machine has none "
@@ -364,7 +364,7 @@ def _record(
     if platform is not None:
         platform.after()
     procs = read_capture(folder)
-    _diagnose(procs, proc.returncode)
+    _diagnose(procs, proc.returncode, ask_driver=platform is None)
     outcome = CaptureOutcome(proc.returncode, wall)
     main = audited_process(procs)
     if layout is not None:

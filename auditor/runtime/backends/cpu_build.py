@@ -170,18 +170,21 @@ def build_library(
     folder = _usable_cache(cache_dir(CACHE_KIND))
     lib = folder / f"{name}-{key}.so"
     with _one_builder(lib):
-        return _cached_or_built(lib, key, folder, cxx, unit, headers, display)
+        return _cached_or_built(
+            lib, key, folder, [*cxx, *CXX_FLAGS, *extra_flags], unit, headers, display
+        )
 
 
 def _cached_or_built(
     lib: Path,
     key: str,
     folder: Path,
-    cxx: list[str],
+    command: list[str],
     unit: str,
     headers: dict[str, str],
     display: str,
 ) -> Path:
+    """`command`: the compiler and its flags, to which the output and the unit are added."""
     if lib.exists():
         if cached_build_ok(lib, key):
             return lib
@@ -195,7 +198,7 @@ def _cached_or_built(
                 (Path(tmp) / header).write_text(text, encoding="utf-8")
             built = Path(tmp) / "lib.so"
             proc = subprocess.run(
-                [*cxx, *CXX_FLAGS, *extra_flags, "-o", str(built), str(cpp)],
+                [*command, "-o", str(built), str(cpp)],
                 capture_output=True,
                 text=True,
                 check=False,
