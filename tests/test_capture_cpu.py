@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -218,6 +219,37 @@ def test_the_gemm_probe_on_the_cpu_gets_its_h200_verdicts(
     _same_verdicts(folder, recorded)
     status, summary = _summary(folder, "EGF001")
     assert status == ("fail" if words else "pass") and (words is None or words in summary)
+
+
+def _gemm_log(folder: Path) -> list[str]:
+    """The cuBLAS log lines of the GEMM calls as the recorder kept them, addresses blanked (the
+    lines shrink.py keeps: no Time, Process or COMPILED WITH line)."""
+    (path,) = folder.glob("events-*.jsonl*")
+    opener = gzip.open if path.suffix == ".gz" else open
+    kept, gemm = [], False
+    with opener(path, "rt") as f:
+        for event in map(json.loads, f):
+            if event["ev"] != "cublas":
+                continue
+            msg = event["msg"]
+            if msg.startswith("I! "):
+                gemm = "gemm" in msg.split("(")[1].lower()
+            if gemm and not msg.lstrip().startswith(SHRUNK):
+                kept.append(re.sub(r"0x0x[0-9a-f]+", "ADDRESS", msg))
+    return kept
+
+
+SHRUNK = ("i! Time:", "i!Process=", "i! COMPILED WITH", "i!  streamId:")
+
+
+@needs_nvcc
+def test_the_fake_cublas_logs_every_gemm_entry_point_in_nvidia_s_words(built, tmp_path):
+    """The probe's seven classic GEMM calls (Sgemm in host and device pointer mode, GemmEx,
+    SgemmStridedBatched, GemmStridedBatchedEx, SgemmBatched): every line the recorder wrote is
+    the H200's cuBLAS 13.1's, word for word, but for the addresses."""
+    command = [str(built["gemm_probe"] / "gemm_probe")]
+    ours = _gemm_log(_capture(tmp_path / "cap", command, None))
+    assert len(ours) == 109 and ours == _gemm_log(RECORDED / "probe")
 
 
 # ---- cuBLAS's semantics, checked by the program itself ----

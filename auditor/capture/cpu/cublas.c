@@ -205,6 +205,27 @@ static void log_shape(const Handle *h, int transa, int transb, int m, int n, int
 
 static const char *type_name(int t) { return t == R_32F ? "CUDA_R_32F" : "CUDA_TYPE"; }
 
+#define NO_TYPE (-1)     // a typed call's (S...) operand: no Atype line
+#define NO_STRIDE (-1LL) // an unbatched call's: no strideA line
+
+// one operand's lines in the prototype's order: A, [Atype], lda, [strideA]
+static void log_operand(char role, const void *p, const char *ptr_type, int type, long long ld,
+                        long long stride) {
+    char name[16];
+    snprintf(name, sizeof name, "%c", role);
+    egf_log_ptr(name, ptr_type, p);
+    if (type != NO_TYPE) {
+        snprintf(name, sizeof name, "%ctype", role);
+        egf_log_enum(name, "cudaDataType_t", type_name(type), type);
+    }
+    snprintf(name, sizeof name, "ld%c", role - 'A' + 'a');
+    egf_log_int(name, "int", ld);
+    if (stride != NO_STRIDE) {
+        snprintf(name, sizeof name, "stride%c", role);
+        egf_log_int(name, "SOME TYPE", stride);
+    }
+}
+
 static const char *compute_name(int c) {
     switch (c) {
         case COMPUTE_32F: return "CUBLAS_COMPUTE_32F";
@@ -214,6 +235,12 @@ static const char *compute_name(int c) {
         case COMPUTE_32F_FAST_TF32: return "CUBLAS_COMPUTE_32F_FAST_TF32";
         default: return "CUBLAS_COMPUTE_TYPE";
     }
+}
+
+// an Ex call's last two lines
+static void log_compute(int computeType, int algo) {
+    egf_log_enum("computeType", "cublasComputeType_t", compute_name(computeType), computeType);
+    egf_log_enum("algo", "SOME TYPE", algo == -1 ? "CUBLAS_GEMM_DEFAULT" : "CUBLAS_GEMM_ALGO", algo);
 }
 
 // an Ex call's types: fp32 data with an fp32 compute type is modeled (computed in fp32)
@@ -254,13 +281,10 @@ EXPORT int cublasSgemm_v2(Handle *h, int transa, int transb, int m, int n, int k
         egf_log_begin("cublasSgemm_v2", SGEMM_PROTOTYPE);
         log_shape(h, transa, transb, m, n, k);
         egf_log_ptr("alpha", "float", alpha);
-        egf_log_ptr("A", "float", A);
-        egf_log_int("lda", "int", lda);
-        egf_log_ptr("B", "float", B);
-        egf_log_int("ldb", "int", ldb);
+        log_operand('A', A, "float", NO_TYPE, lda, NO_STRIDE);
+        log_operand('B', B, "float", NO_TYPE, ldb, NO_STRIDE);
         egf_log_ptr("beta", "float", beta);
-        egf_log_ptr("C", "float", C);
-        egf_log_int("ldc", "int", ldc);
+        log_operand('C', C, "float", NO_TYPE, ldc, NO_STRIDE);
         egf_log_end(h);
     }
     int bad = invalid(transa, transb, m, n, k, lda, ldb, ldc, 1);
@@ -282,18 +306,11 @@ EXPORT int cublasGemmEx(Handle *h, int transa, int transb, int m, int n, int k, 
                       "cublasGemmAlgo_t");
         log_shape(h, transa, transb, m, n, k);
         egf_log_ptr("alpha", "void", alpha);
-        egf_log_ptr("A", "void", A);
-        egf_log_enum("Atype", "cudaDataType_t", type_name(Atype), Atype);
-        egf_log_int("lda", "int", lda);
-        egf_log_ptr("B", "void", B);
-        egf_log_enum("Btype", "cudaDataType_t", type_name(Btype), Btype);
-        egf_log_int("ldb", "int", ldb);
+        log_operand('A', A, "void", Atype, lda, NO_STRIDE);
+        log_operand('B', B, "void", Btype, ldb, NO_STRIDE);
         egf_log_ptr("beta", "void", beta);
-        egf_log_ptr("C", "void", C);
-        egf_log_enum("Ctype", "cudaDataType_t", type_name(Ctype), Ctype);
-        egf_log_int("ldc", "int", ldc);
-        egf_log_enum("computeType", "cublasComputeType_t", compute_name(computeType), computeType);
-        egf_log_enum("algo", "SOME TYPE", algo == -1 ? "CUBLAS_GEMM_DEFAULT" : "CUBLAS_GEMM_ALGO", algo);
+        log_operand('C', C, "void", Ctype, ldc, NO_STRIDE);
+        log_compute(computeType, algo);
         egf_log_end(h);
     }
     int bad = invalid(transa, transb, m, n, k, lda, ldb, ldc, 1);
@@ -316,16 +333,10 @@ EXPORT int cublasSgemmStridedBatched(Handle *h, int transa, int transb, int m, i
                       "const float*, float*, int, long long int, int");
         log_shape(h, transa, transb, m, n, k);
         egf_log_ptr("alpha", "float", alpha);
-        egf_log_ptr("A", "float", A);
-        egf_log_int("lda", "int", lda);
-        egf_log_int("strideA", "SOME TYPE", strideA);
-        egf_log_ptr("B", "float", B);
-        egf_log_int("ldb", "int", ldb);
-        egf_log_int("strideB", "SOME TYPE", strideB);
+        log_operand('A', A, "float", NO_TYPE, lda, strideA);
+        log_operand('B', B, "float", NO_TYPE, ldb, strideB);
         egf_log_ptr("beta", "float", beta);
-        egf_log_ptr("C", "float", C);
-        egf_log_int("ldc", "int", ldc);
-        egf_log_int("strideC", "SOME TYPE", strideC);
+        log_operand('C', C, "float", NO_TYPE, ldc, strideC);
         egf_log_int("batchCount", "int", batchCount);
         egf_log_end(h);
     }
@@ -352,22 +363,12 @@ EXPORT int cublasGemmStridedBatchedEx(Handle *h, int transa, int transb, int m, 
                       "long long int, int, cublasComputeType_t, cublasGemmAlgo_t");
         log_shape(h, transa, transb, m, n, k);
         egf_log_ptr("alpha", "void", alpha);
-        egf_log_ptr("A", "void", A);
-        egf_log_enum("Atype", "cudaDataType_t", type_name(Atype), Atype);
-        egf_log_int("lda", "int", lda);
-        egf_log_int("strideA", "SOME TYPE", strideA);
-        egf_log_ptr("B", "void", B);
-        egf_log_enum("Btype", "cudaDataType_t", type_name(Btype), Btype);
-        egf_log_int("ldb", "int", ldb);
-        egf_log_int("strideB", "SOME TYPE", strideB);
+        log_operand('A', A, "void", Atype, lda, strideA);
+        log_operand('B', B, "void", Btype, ldb, strideB);
         egf_log_ptr("beta", "void", beta);
-        egf_log_ptr("C", "void", C);
-        egf_log_enum("Ctype", "cudaDataType_t", type_name(Ctype), Ctype);
-        egf_log_int("ldc", "int", ldc);
-        egf_log_int("strideC", "SOME TYPE", strideC);
+        log_operand('C', C, "void", Ctype, ldc, strideC);
         egf_log_int("batchCount", "int", batchCount);
-        egf_log_enum("computeType", "cublasComputeType_t", compute_name(computeType), computeType);
-        egf_log_enum("algo", "SOME TYPE", algo == -1 ? "CUBLAS_GEMM_DEFAULT" : "CUBLAS_GEMM_ALGO", algo);
+        log_compute(computeType, algo);
         egf_log_end(h);
     }
     int bad = invalid(transa, transb, m, n, k, lda, ldb, ldc, batchCount);

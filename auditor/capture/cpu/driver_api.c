@@ -35,36 +35,40 @@ CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+// the results the fakes return: their names and their words, as NVIDIA's driver gives them
+static const struct {
+    CUresult code;
+    const char *name, *words;
+} RESULTS[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED",
+     "operation not supported (egf-audit capture --cpu)"},
+};
+
+static CUresult result_text(CUresult error, const char **pStr, int name) {
     if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-    switch (error) {
-        case CUDA_SUCCESS: *pStr = "no error"; break;
-        case CUDA_ERROR_INVALID_VALUE: *pStr = "invalid argument"; break;
-        case CUDA_ERROR_OUT_OF_MEMORY: *pStr = "out of memory"; break;
-        case CUDA_ERROR_NOT_INITIALIZED: *pStr = "initialization error"; break;
-        case CUDA_ERROR_INVALID_DEVICE: *pStr = "invalid device ordinal"; break;
-        case CUDA_ERROR_INVALID_HANDLE: *pStr = "invalid resource handle"; break;
-        case CUDA_ERROR_NOT_FOUND: *pStr = "named symbol not found"; break;
-        case CUDA_ERROR_NOT_SUPPORTED: *pStr = "operation not supported (egf-audit capture --cpu)"; break;
-        default: *pStr = "unknown error"; return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof RESULTS / sizeof *RESULTS; ++i) {
+        if (RESULTS[i].code != error) continue;
+        *pStr = name ? RESULTS[i].name : RESULTS[i].words;
+        return CUDA_SUCCESS;
     }
-    return CUDA_SUCCESS;
+    *pStr = name ? "CUDA_ERROR_UNKNOWN" : "unknown error";
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
+    return result_text(error, pStr, 0);
 }
 
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
-    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-    switch (error) {
-        case CUDA_SUCCESS: *pStr = "CUDA_SUCCESS"; break;
-        case CUDA_ERROR_INVALID_VALUE: *pStr = "CUDA_ERROR_INVALID_VALUE"; break;
-        case CUDA_ERROR_OUT_OF_MEMORY: *pStr = "CUDA_ERROR_OUT_OF_MEMORY"; break;
-        case CUDA_ERROR_NOT_INITIALIZED: *pStr = "CUDA_ERROR_NOT_INITIALIZED"; break;
-        case CUDA_ERROR_INVALID_DEVICE: *pStr = "CUDA_ERROR_INVALID_DEVICE"; break;
-        case CUDA_ERROR_INVALID_HANDLE: *pStr = "CUDA_ERROR_INVALID_HANDLE"; break;
-        case CUDA_ERROR_NOT_FOUND: *pStr = "CUDA_ERROR_NOT_FOUND"; break;
-        case CUDA_ERROR_NOT_SUPPORTED: *pStr = "CUDA_ERROR_NOT_SUPPORTED"; break;
-        default: *pStr = "CUDA_ERROR_UNKNOWN"; return CUDA_ERROR_INVALID_VALUE;
-    }
-    return CUDA_SUCCESS;
+    return result_text(error, pStr, 1);
 }
 
 /* A CUDA runtime of NVIDIA's (linked statically into a program, or a shared one that is not
