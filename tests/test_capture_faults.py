@@ -221,6 +221,8 @@ NOT_THE_STANDIN = {
     "judges those; the emulation's deep capture is tests/test_capture_deep.py's)",
     "outsider": "a trainer written from the docs alone, with its scripts (its README.md): "
     "not the stand-in, and no recording of it yet",
+    "cpu": "capture --cpu's probe program, its kernels and its benchmark: no recording "
+    "(tests/test_capture_cpu.py builds and captures them on the CPU)",
 }
 # CuPy's own kernels the emulation writes (the guard zones' canary fill, a one-element upload):
 # compared with their launch shape and raw parameters

@@ -65,6 +65,11 @@ SKIPPED = {
         "$ egf-audit capture --out caps/FAULT --layout build/layout.json -- python "
         "tests/standin/trainer.py --fault FAULT --layout-out build/layout.json",
     ): "GPU: captures the stand-in trainer on CuPy; FAULT is a placeholder for each fault",
+    (
+        "capture.md",
+        "$ nvcc -cudart shared -o build/trainer src/trainer.cu -lcublas -lcublasLt",
+    ): "the trainer's sources are the reader's own (and cuBLAS is not installed here); "
+    "tests/test_capture_cpu.py builds and captures the C++ stand-ins with these commands",
 }
 
 

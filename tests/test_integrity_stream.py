@@ -19,14 +19,11 @@ from egf_audit.runtime.backends import stream_records as records
 from egf_audit.runtime.backends.cpu_build import compiler
 from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
 
+# what the CPU shim does not give (its unsigned atomicAdd overloads it does)
 PRELUDE = r"""
 struct uint4 { unsigned int x, y, z, w; };
 inline unsigned long long atomicMin(unsigned long long* a, unsigned long long v) {
   unsigned long long old = *a; if (v < old) *a = v; return old; }
-inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
-  unsigned long long old = *a; *a = old + v; return old; }
-inline unsigned int atomicAdd(unsigned int* a, unsigned int v) {
-  unsigned int old = *a; *a = old + v; return old; }
 inline unsigned int atomicMax(unsigned int* a, unsigned int v) {
   unsigned int old = *a; if (v > old) *a = v; return old; }
 """

@@ -22,15 +22,26 @@ def capture(
     values_max: int | None,
     deep: bool = False,
     deep_values_max: int | None = None,
+    cpu: bool = False,
+    kernels: Path | None = None,
 ) -> int:
-    kernels = tuple(snapshot) if snapshot else DEFAULT_SNAPSHOT
-    if kernels == ("none",):
-        kernels = ()
+    snapshots = tuple(snapshot) if snapshot else DEFAULT_SNAPSHOT
+    if snapshots == ("none",):
+        snapshots = ()
     if deep_values_max is not None and not deep:
         raise UsageError("--deep-values-max bounds what --deep keeps: give --deep with it")
     if deep_values_max is not None and deep_values_max < 0:
         raise UsageError(f"--deep-values-max {deep_values_max}: a byte count, 0 or more")
-    outcome = run_capture(command, out, layout, kernels, values_max, deep, deep_values_max)
+    if kernels is not None and not cpu:
+        raise UsageError("--kernels names the kernel sources --cpu compiles: give --cpu with it")
+    if cpu:
+        from .cpu_capture import run_cpu_capture
+
+        outcome = run_cpu_capture(
+            command, out, kernels, layout, snapshots, values_max, deep, deep_values_max
+        )
+    else:
+        outcome = run_capture(command, out, layout, snapshots, values_max, deep, deep_values_max)
     for p in outcome.processes:
         mark = " (audited)" if p["audited"] else ""
         typer.echo(

@@ -47,6 +47,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from ctypes import CDLL
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -76,6 +77,18 @@ CAPTURE_FILES = (
     "trainer-audit.md",
 )
 TMP_MARK = "egf-capture-tmp"  # in the name of the folder a capture is recorded into
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What a capture runs the command on besides NVIDIA's libraries (`capture --cpu`,
+    capture/cpu_capture.py): what it adds to the command's environment, a check once the command
+    has run (it raises UsageError, and --out is kept as it was, when the capture must not stand),
+    and what the manifest says of it."""
+
+    environment: Callable[[dict], None]
+    after: Callable[[], None]
+    manifest: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -128,12 +141,12 @@ def _ended(code: int) -> str:
     return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
-def _diagnose(procs: list[ProcessCapture], code: int) -> None:
+def _diagnose(procs: list[ProcessCapture], code: int, ask_driver: bool = True) -> None:
     """The exit-3 line when the capture recorded nothing usable. No process at all: the driver
     never loaded the recorder, which is what a machine without a usable GPU gives, so the
-    driver is asked whether there is one."""
+    driver is asked whether there is one (not on a Platform's own driver: `--cpu`)."""
     if not procs:
-        no_gpu = driver.no_gpu_reason()
+        no_gpu = driver.no_gpu_reason() if ask_driver else None
         if no_gpu is not None:
             raise AuditEnvironmentError(
                 f"egf-audit capture needs a usable NVIDIA GPU and this machine has none "
@@ -339,6 +352,7 @@ def _record(
     layout: Path | None,
     env: dict,
     snapshot: tuple[str, ...],
+    platform: Platform | None = None,
 ) -> CaptureOutcome:
     """Run the command into `folder` and complete the capture there."""
     start = time.perf_counter()
@@ -347,8 +361,10 @@ def _record(
     except OSError as exc:
         raise UsageError(f"cannot run {shlex.join(command)}: {exc.strerror}") from None
     wall = time.perf_counter() - start
+    if platform is not None:
+        platform.after()
     procs = read_capture(folder)
-    _diagnose(procs, proc.returncode)
+    _diagnose(procs, proc.returncode, ask_driver=platform is None)
     outcome = CaptureOutcome(proc.returncode, wall)
     main = audited_process(procs)
     if layout is not None:
@@ -379,6 +395,7 @@ def _record(
         "snapshot_kernels": list(snapshot),
         "deep": env.get("EGF_CAPTURE_DEEP") == "1",
         "processes": outcome.processes,
+        **(platform.manifest if platform is not None else {}),
     }
     write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     return outcome
@@ -392,6 +409,7 @@ def run_capture(
     values_max: int | None = None,
     deep: bool = False,
     deep_values_max: int | None = None,
+    platform: Platform | None = None,
 ) -> CaptureOutcome:
     """Run `command` under the recorder and replace `out` with the capture once it is complete
     (the module docstring says what is kept when it is not)."""
@@ -415,7 +433,9 @@ def run_capture(
         raise
     try:
         env = _environment(lib, staging, snapshot, values_max, deep, deep_values_max)
-        outcome = _record(command, staging, layout, env, snapshot)
+        if platform is not None:
+            platform.environment(env)
+        outcome = _record(command, staging, layout, env, snapshot, platform)
         old = _swap(staging, target, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -5,7 +5,9 @@
 // region_hash computes on the host: modulo 2^64, over every element not in column `skip_col`
 // of rows of `ld`, of splitmix64's finaliser applied to the element's bits plus its index times
 // 2^64/phi. A sum is order-free, so every thread adds its share and one atomicAdd per warp
-// adds it to `out`; the region is never copied to the host to be hashed.
+// adds it to `out`; the region is never copied to the host to be hashed. (Compiled for the CPU
+// behind kernels/cpu_shim.h by `egf-audit capture --cpu`, each thread adds its own share: a sum
+// modulo 2^64 is the same in any order.)
 //
 // egf_deep_diff (egf-audit capture --deep): after a call of the trainer has finished, every live
 // allocation is compared word by word with the recorder's device copy of it. A word that
@@ -30,8 +32,12 @@ extern "C" __global__ void egf_region_hash(const unsigned int *values, unsigned 
         const long long col = ld > 0 ? (long long)(i % (unsigned long long)ld) : 0;
         if (skip_col < 0 || col != skip_col) h += egf_mix64(values[i], i);
     }
+#ifdef EGF_CPU_SHIM  // egf-audit capture --cpu: threads run one at a time, each adds its share
+    if (h) atomicAdd(out, h);
+#else
     for (int offset = 16; offset > 0; offset >>= 1) h += __shfl_down_sync(0xffffffffu, h, offset);
     if ((threadIdx.x & 31) == 0 && h) atomicAdd(out, h);
+#endif
 }
 
 struct EgfDeepEntry {

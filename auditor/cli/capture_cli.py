@@ -64,14 +64,31 @@ def capture(
             metavar="BYTES",
         ),
     ] = None,
+    cpu: Annotated[
+        bool,
+        typer.Option(
+            "--cpu",
+            help="Without a GPU: run the command on egf-audit's CUDA libraries for the CPU "
+            "(docs/capture.md).",
+        ),
+    ] = False,
+    kernels: Annotated[
+        Path | None,
+        typer.Option(
+            "--kernels",
+            help="With --cpu: the folder of the trainer's kernel sources (.cu) its launches run.",
+            metavar="DIR",
+        ),
+    ] = None,
     debug: Debug = False,
 ) -> None:
     """Run the trainer's own command with egf-audit's recorder injected (CUPTI) and write its
     launches, GEMMs and snapshots to --out; then `egf-audit run --capture DIR` audits it.
+    With --cpu the command runs without a GPU, on egf-audit's own CUDA libraries.
 
-    Exits with the command's own exit code; 2 on bad usage; 3 when CUPTI, cuda.h or a usable
-    GPU is missing (the CUDA driver is asked), the recorder did not load, or the command
-    recorded no launch."""
+    Exits with the command's own exit code; 2 on bad usage, or when --cpu refused a call it
+    does not model; 3 when CUPTI, cuda.h or a usable GPU is missing (the CUDA driver is asked),
+    the recorder did not load, or the command recorded no launch."""
     with exit_codes(debug):
         # the table's capture folder, unless --out names one: an error about it names the key
         settings = find_settings() if out is None else ProjectSettings(root=Path.cwd())
@@ -80,7 +97,9 @@ def capture(
     with exit_codes(debug), settings.naming(["capture"], option_key={"out": "capture"}):
         from egf_audit.capture import cli
 
-        code = cli.capture(command, out, layout, snapshot, values_max, deep, deep_values_max)
+        code = cli.capture(
+            command, out, layout, snapshot, values_max, deep, deep_values_max, cpu, kernels
+        )
     raise typer.Exit(code)
 
 

@@ -75,13 +75,24 @@ class KernelSource:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
-def _strip_comments(text: str) -> str:
+def strip_comments(text: str) -> str:
     """Comments blanked out, line structure kept, so line numbers stay right."""
 
     def blank(m: re.Match) -> str:
         return re.sub(r"[^\n]", " ", m.group(0))
 
     return re.sub(r"//[^\n]*|/\*.*?\*/", blank, text, flags=re.S)
+
+
+def first_unsupported(code: str, first_line: int = 1) -> tuple[int, str, str] | None:
+    """(line, token, what) of the first construct the CPU cannot run faithfully in `code`
+    (comments stripped), counting lines from `first_line`; None when it is plain per-thread
+    code."""
+    for lineno, line in enumerate(code.splitlines(), start=first_line):
+        for token, what in UNSUPPORTED.items():
+            if token in line:
+                return lineno, token, what
+    return None
 
 
 def _normalise_type(t: str) -> str:
@@ -129,14 +140,14 @@ def expected_signature(spec: KernelSpec) -> str:
 def check_source(spec: KernelSpec, text: str, path: str) -> None:
     """Raise AuditEnvironmentError naming file and line for a wrong entry point or an
     unsupported construct."""
-    code = _strip_comments(text)
-    for lineno, line in enumerate(code.splitlines(), start=1):
-        for token, what in UNSUPPORTED.items():
-            if token in line:
-                raise AuditEnvironmentError(
-                    f"{path}:{lineno}: `{token}` ({what}) is not supported: kernels must be plain "
-                    "per-thread code so the CPU backend can run the same source"
-                )
+    code = strip_comments(text)
+    unsupported = first_unsupported(code)
+    if unsupported is not None:
+        lineno, token, what = unsupported
+        raise AuditEnvironmentError(
+            f"{path}:{lineno}: `{token}` ({what}) is not supported: kernels must be plain "
+            "per-thread code so the CPU backend can run the same source"
+        )
     m = _definition(code, spec.name)
     if m is None:
         defined = ", ".join(f"`{n}`" for n in re.findall(_GLOBAL + r"(\w+)\s*\(", code))

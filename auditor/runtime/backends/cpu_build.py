@@ -35,6 +35,11 @@ CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno
 CACHE_KIND = "cpu-kernels"  # the cache's folder for these builds (runtime/build_cache.py)
 
 
+class KernelCompileError(AuditEnvironmentError):
+    """A kernel source the host compiler refuses (exit 3 on the rebuild; capture --cpu refuses
+    the kernels of that source by name instead)."""
+
+
 STALE_BUILD_S = 3600  # a build folder this old belongs to a run that was killed
 
 
@@ -153,28 +158,33 @@ def build_library(
     unit: str,
     headers: dict[str, str],
     display: str,
+    extra_flags: tuple[str, ...] = (),
 ) -> Path:
     """The shared library for one translation unit, from the cache when an intact build of the
-    same key is there, else compiled (headers written beside the unit, relative paths kept)."""
+    same key is there, else compiled (headers written beside the unit, relative paths kept).
+    `extra_flags` come after CXX_FLAGS (capture --cpu binds a library's symbols to itself)."""
     cxx = compiler()
-    parts = [unit, compiler_id(tuple(cxx)), " ".join(CXX_FLAGS)]
+    parts = [unit, compiler_id(tuple(cxx)), " ".join([*CXX_FLAGS, *extra_flags])]
     parts += [f"{n}\0{t}" for n, t in sorted(headers.items())]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
     folder = _usable_cache(cache_dir(CACHE_KIND))
     lib = folder / f"{name}-{key}.so"
     with _one_builder(lib):
-        return _cached_or_built(lib, key, folder, cxx, unit, headers, display)
+        return _cached_or_built(
+            lib, key, folder, [*cxx, *CXX_FLAGS, *extra_flags], unit, headers, display
+        )
 
 
 def _cached_or_built(
     lib: Path,
     key: str,
     folder: Path,
-    cxx: list[str],
+    command: list[str],
     unit: str,
     headers: dict[str, str],
     display: str,
 ) -> Path:
+    """`command`: the compiler and its flags, to which the output and the unit are added."""
     if lib.exists():
         if cached_build_ok(lib, key):
             return lib
@@ -188,7 +198,7 @@ def _cached_or_built(
                 (Path(tmp) / header).write_text(text, encoding="utf-8")
             built = Path(tmp) / "lib.so"
             proc = subprocess.run(
-                [*cxx, *CXX_FLAGS, "-o", str(built), str(cpp)],
+                [*command, "-o", str(built), str(cpp)],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -196,7 +206,7 @@ def _cached_or_built(
             if proc.returncode != 0:
                 if "No space left on device" in proc.stderr:
                     raise _disk_full(folder)
-                raise AuditEnvironmentError(
+                raise KernelCompileError(
                     f"kernel {display} does not compile: {_first_error_lines(proc.stderr)}"
                 )
             sidecar = Path(tmp) / "lib.so.sha256"

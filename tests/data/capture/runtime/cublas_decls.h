@@ -3,7 +3,7 @@
 // signatures are cublas_api.h's and cublasLt.h's (CUDA 13), with enums passed as int.
 #pragma once
 #include <cstddef>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 extern "C" {
 typedef struct cublasContext *cublasHandle_t;

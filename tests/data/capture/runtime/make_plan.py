@@ -14,7 +14,7 @@ and the layout file the trainer writes, with `@NAME` where NAME's device address
 plan is data: the C++ program holds no SP14 logic of its own, so the launches it makes are the
 stand-in's, wiring bugs included, and a capture of it is judged as the stand-in's is.
 
-    python tests/data/capture/runtime/make_plan.py OUT_DIR [--fault NAME] [--steps 2]
+    python tests/data/capture/runtime/make_plan.py OUT_DIR [--fault NAME ...] [--steps 2]
         [--config tests/data/capture/runtime/small.toml]
 """
 
@@ -151,7 +151,7 @@ def dispatch_source() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make_plan.py")
     parser.add_argument("out", type=Path)
-    parser.add_argument("--fault", default=None)
+    parser.add_argument("--fault", action="append", help="repeatable; 'clean' for no fault")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--preset", default="ci")
     parser.add_argument("--config", type=Path, default=None, help="a TOML config (small.toml)")
@@ -161,23 +161,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.dispatch:
         (args.out / "dispatch.inc").write_text(dispatch_source())
         return 0
-    fault = FAULTS_BY_NAME[args.fault] if args.fault else None
-    if fault is not None and fault.patch is not None:
-        print(f"{args.fault} patches a kernel: the plan carries wiring only", file=sys.stderr)
-        return 2
+    names = args.fault or [None]  # one process writes every plan asked for: imports once
+    for name in names:
+        fault = FAULTS_BY_NAME[name] if name not in (None, "clean") else None
+        if fault is not None and fault.patch is not None:
+            print(f"{name} patches a kernel: the plan carries wiring only", file=sys.stderr)
+            return 2
     config = load_config(args.config, args.preset, 0)
     kernels = load_kernel_set()
-    lines: list[str] = []
-    backend = PlanBackend(select_backend("cpu", kernels), lines)
-    wiring = fault.wiring if fault is not None else PRODUCTION
-    pipe = SP14Pipeline(config, backend, wiring, instrumented=False, scenario="standin")
-    pipe.initialize()
-    for k in range(args.steps):
-        pipe.step(MODE_SCHEDULE[k % len(MODE_SCHEDULE)])
-    lines.append("end")
-    name = args.fault or "clean"
-    (args.out / f"{name}.plan").write_text("\n".join(lines) + "\n")
-    (args.out / f"{name}.layout").write_text(layout_template(pipe))
+    for name in names:
+        fault = FAULTS_BY_NAME[name] if name not in (None, "clean") else None
+        lines: list[str] = []
+        backend = PlanBackend(select_backend("cpu", kernels), lines)
+        wiring = fault.wiring if fault is not None else PRODUCTION
+        pipe = SP14Pipeline(config, backend, wiring, instrumented=False, scenario="standin")
+        pipe.initialize()
+        for k in range(args.steps):
+            pipe.step(MODE_SCHEDULE[k % len(MODE_SCHEDULE)])
+        lines.append("end")
+        (args.out / f"{name or 'clean'}.plan").write_text("\n".join(lines) + "\n")
+        (args.out / f"{name or 'clean'}.layout").write_text(layout_template(pipe))
     return 0
 
 

@@ -15,7 +15,7 @@ exec > >(tee -a "$out/log.txt") 2>&1
 pids=() # the builds in the background; a bare `wait` would also wait for tee above, forever
 
 # ---- build: the trainer with extern "C" kernels, with C++ (mangled) ones, with a shared
-# runtime; the GEMM probe. cuBLAS links from wherever cublas_paths.py finds it; no cuBLAS
+# runtime; the driver-API trainer (NVRTC); the GEMM probe. cuBLAS links from wherever cublas_paths.py finds it; no cuBLAS
 # header is needed (the sources declare the few prototypes they call).
 python "$here/make_plan.py" "$work" --dispatch
 cp -r "$repo/kernels" "$work/kernels-cxx"
@@ -31,6 +31,12 @@ nvcc "${flags[@]}" -cudart shared -I"$repo/kernels" -I"$work" "$here/trainer.cu"
   -o "$work/trainer-shared" &
 pids+=($!)
 nvcc "${flags[@]}" "$here/gemm_probe.cu" -o "$work/gemm_probe" &
+pids+=($!)
+# the driver-API stand-in: NVRTC compiles each kernel from its source at run time (no nvcc);
+# libcuda and libnvrtc from the driver's and the toolkit's folders the loader knows
+nvcc -O2 -std=c++17 -x c++ -I"$here" "$here/trainer_driver.cpp" -o "$work/trainer-driver" \
+  -L"$libdir" -Xlinker -rpath="$libdir" -l:"$libblas" -l:"$libblas_lt" \
+  -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -lnvrtc &
 pids+=($!)
 faults=(fwd-k-sh2 dw-k-sh2 dx-k-sh2 cql-site-ungated skip-scale skip-rebuild no-zero-d-h-s2
   scale-wrong-col target-grad-leak wrapper-on-main polyak-tau-swap accumulate-wire-col)
@@ -71,6 +77,10 @@ capture rt-gemm-lt-device "$work/trainer-c" $(plan clean) --gemm lt --device-sca
 for fault in "${faults[@]}"; do
   capture "rt-$fault" "$work/trainer-c" $(plan "$fault")
 done
+drv=(--kernel-sources "$repo/kernels")
+capture drv-clean "$work/trainer-driver" $(plan clean) "${drv[@]}"
+capture drv-dw-k-sh2 "$work/trainer-driver" $(plan dw-k-sh2) "${drv[@]}"
+capture drv-gemm-lt-device "$work/trainer-driver" $(plan clean) "${drv[@]}" --gemm lt --device-scalars
 if [ -n "${DEEP:-}" ]; then # DEEP=1: also these captured --deep
   CAPTURE_FLAGS=--deep capture rt-deep-clean "$work/trainer-c" $(plan clean)
   CAPTURE_FLAGS=--deep capture rt-deep-dw-k-sh2 "$work/trainer-c" $(plan dw-k-sh2)

@@ -1,7 +1,8 @@
 // The stand-in's SP14 training steps, executed from C++ with every kernel launched through the
 // runtime API (<<<>>>) and every GEMM through the cuBLAS entry point --gemm names. The steps
 // come from a plan (make_plan.py): allocations, uploads, memsets, GEMMs and launches, in the
-// stand-in's order, so a capture of this process is judged as the stand-in's is.
+// stand-in's order, so a capture of this process is judged as the stand-in's is
+// (plan_runner.h reads the plan; this file is the runtime API's part of it).
 //
 //   trainer PLAN LAYOUT_TEMPLATE [--layout-out FILE] [--gemm sgemm|ex|strided|lt]
 //           [--device-scalars]
@@ -9,199 +10,36 @@
 // No cuBLAS headers are needed: the prototypes used are declared in cublas_decls.h (beside it).
 #include <cuda_runtime.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
-#include <string>
-#include <vector>
-
-struct Arg {
-  void *p = nullptr;
-  int i = 0;
-  float f = 0.0f;
-  long long l = 0;
-};
+#include "plan_runner.h"
 
 #include "dispatch.inc"
 
-#include "cublas_decls.h"
-enum { OP_N = 0, OP_T = 1, R_32F = 0, COMPUTE_32F = 68, GEMM_DEFAULT = -1, POINTER_DEVICE = 1 };
-enum { LT_TRANSA = 3, LT_TRANSB = 4, LT_POINTER_MODE = 2 };
-
-static void fail(const char *what, long long code) {
-  std::fprintf(stderr, "trainer: %s failed (%lld)\n", what, code);
-  std::exit(1);
-}
 #define CUDA(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) fail(#x, e_); } while (0)
-#define BLAS(x) do { int s_ = (x); if (s_ != 0) fail(#x, s_); } while (0)
 
-struct Trainer {
-  std::map<std::string, char *> buffers;
-  std::string gemm = "sgemm";
-  bool device_scalars = false;
-  cublasHandle_t blas = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  float *scalars = nullptr;  // device alpha, beta with --device-scalars
-
-  char *at(const std::string &name, long long offset) {
-    auto it = buffers.find(name);
-    if (it == buffers.end()) fail(("no buffer " + name).c_str(), 0);
-    return it->second + 4 * offset;
+struct RuntimeDevice {
+  void start() {}
+  char *alloc(long long bytes) {
+    char *p;
+    CUDA(cudaMalloc((void **)&p, bytes));
+    return p;
   }
-
-  void run_gemm(std::istringstream &in) {
-    std::string ta, tb, an, bn, cn;
-    int m, n, k, lda, ldb, ldc;
-    long long ao, bo, co;
-    float alpha, beta;
-    in >> ta >> tb >> m >> n >> k >> alpha >> beta >> an >> ao >> lda >> bn >> bo >> ldb >> cn >>
-        co >> ldc;
-    int opa = ta == "N" ? OP_N : OP_T, opb = tb == "N" ? OP_N : OP_T;
-    const float *A = (const float *)at(an, ao), *B = (const float *)at(bn, bo);
-    float *C = (float *)at(cn, co);
-    const float *pa = &alpha, *pb = &beta;
-    if (device_scalars) {
-      float host[2] = {alpha, beta};
-      CUDA(cudaMemcpy(scalars, host, sizeof host, cudaMemcpyHostToDevice));
-      pa = scalars, pb = scalars + 1;
-    }
-    if (gemm == "sgemm") {
-      BLAS(cublasSgemm_v2(blas, opa, opb, m, n, k, pa, A, lda, B, ldb, pb, C, ldc));
-    } else if (gemm == "ex") {
-      BLAS(cublasGemmEx(blas, opa, opb, m, n, k, pa, A, R_32F, lda, B, R_32F, ldb, pb, C, R_32F,
-                        ldc, COMPUTE_32F, GEMM_DEFAULT));
-    } else if (gemm == "strided") {
-      BLAS(cublasSgemmStridedBatched(blas, opa, opb, m, n, k, pa, A, lda, 0, B, ldb, 0, pb, C,
-                                     ldc, 0, 1));
-    } else {  // lt: D = C, column-major layouts as the classic call's
-      cublasLtMatmulDesc_t desc;
-      cublasLtMatrixLayout_t la, lb, lc;
-      BLAS(cublasLtMatmulDescCreate(&desc, COMPUTE_32F, R_32F));
-      BLAS(cublasLtMatmulDescSetAttribute(desc, LT_TRANSA, &opa, sizeof opa));
-      BLAS(cublasLtMatmulDescSetAttribute(desc, LT_TRANSB, &opb, sizeof opb));
-      int mode = device_scalars ? POINTER_DEVICE : 0;
-      BLAS(cublasLtMatmulDescSetAttribute(desc, LT_POINTER_MODE, &mode, sizeof mode));
-      BLAS(cublasLtMatrixLayoutCreate(&la, R_32F, opa == OP_N ? m : k, opa == OP_N ? k : m, lda));
-      BLAS(cublasLtMatrixLayoutCreate(&lb, R_32F, opb == OP_N ? k : n, opb == OP_N ? n : k, ldb));
-      BLAS(cublasLtMatrixLayoutCreate(&lc, R_32F, m, n, ldc));
-      BLAS(cublasLtMatmul(lt, desc, pa, A, la, B, lb, pb, C, lc, C, lc, nullptr, nullptr, 0, 0));
-      cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb);
-      cublasLtMatrixLayoutDestroy(lc), cublasLtMatmulDescDestroy(desc);
-    }
+  void upload(char *dst, const void *words, long long stride, long long count) {
+    if (stride == 1)
+      CUDA(cudaMemcpy(dst, words, 4 * count, cudaMemcpyHostToDevice));
+    else
+      CUDA(cudaMemcpy2D(dst, 4 * stride, words, 4, 4, count, cudaMemcpyHostToDevice));
   }
-
-  void run_kernel(std::istringstream &in) {
-    std::string name, kind, buf;
-    unsigned blocks, threads;
-    int count;
-    in >> name >> blocks >> threads >> count;
-    std::vector<Arg> args(count);
-    for (Arg &a : args) {
-      in >> kind;
-      if (kind == "p") {
-        long long offset;
-        in >> buf >> offset;
-        a.p = at(buf, offset);
-      } else if (kind == "f") {
-        unsigned bits;
-        in >> std::hex >> bits >> std::dec;
-        std::memcpy(&a.f, &bits, 4);
-      } else if (kind == "l") {
-        in >> a.l;
-      } else {
-        in >> a.i;
-      }
-    }
+  void memset(char *dst, long long bytes) { CUDA(cudaMemsetAsync(dst, 0, bytes, 0)); }
+  void launch(const std::string &name, unsigned blocks, unsigned threads,
+              const std::vector<Arg> &args) {
     if (!launch_kernel(name, blocks, threads, args)) fail(("no kernel " + name).c_str(), 0);
     CUDA(cudaGetLastError());
   }
+  void synchronize() { CUDA(cudaDeviceSynchronize()); }
 };
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: trainer PLAN LAYOUT_TEMPLATE [--layout-out FILE] "
-                         "[--gemm sgemm|ex|strided|lt] [--device-scalars]\n");
-    return 2;
-  }
-  Trainer t;
-  std::string layout_out;
-  for (int i = 3; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--layout-out" && i + 1 < argc) layout_out = argv[++i];
-    else if (a == "--gemm" && i + 1 < argc) t.gemm = argv[++i];
-    else if (a == "--device-scalars") t.device_scalars = true;
-    else fail(("unknown option " + a).c_str(), 0);
-  }
-  auto start = std::chrono::steady_clock::now();
-  std::ifstream plan(argv[1]);
-  if (!plan) fail("reading the plan", 0);
-  BLAS(cublasCreate_v2(&t.blas));
-  if (t.gemm == "lt") BLAS(cublasLtCreate(&t.lt));
-  if (t.device_scalars) {
-    CUDA(cudaMalloc((void **)&t.scalars, 2 * sizeof(float)));
-    BLAS(cublasSetPointerMode_v2(t.blas, POINTER_DEVICE));
-  }
-  bool layout_written = false;
-  std::string line, op;
-  int steps_ops = 0;
-  while (std::getline(plan, line)) {
-    std::istringstream in(line);
-    in >> op;
-    if (op != "buffer" && !layout_written && !layout_out.empty()) {
-      // every allocation made: the layout file, addresses in place of the template's @NAME
-      std::ifstream tf(argv[2]);
-      std::stringstream text;
-      text << tf.rdbuf();
-      std::string doc = text.str();
-      for (auto &b : t.buffers) {
-        std::string key = "\"@" + b.first + "\"";
-        for (size_t at; (at = doc.find(key)) != std::string::npos;)
-          doc.replace(at, key.size(), std::to_string((unsigned long long)b.second));
-      }
-      std::ofstream(layout_out) << doc;
-      layout_written = true;
-    }
-    if (op == "buffer") {
-      std::string name, dtype;
-      long long elements;
-      in >> name >> elements >> dtype;
-      char *p;
-      CUDA(cudaMalloc((void **)&p, 4 * (elements > 0 ? elements : 1)));
-      t.buffers[name] = p;
-    } else if (op == "upload") {
-      std::string name;
-      long long offset, stride, count;
-      in >> name >> offset >> stride >> count;
-      std::vector<unsigned> words(count);
-      for (auto &w : words) in >> std::hex >> w >> std::dec;
-      char *dst = t.at(name, offset);
-      if (stride == 1)
-        CUDA(cudaMemcpy(dst, words.data(), 4 * count, cudaMemcpyHostToDevice));
-      else
-        CUDA(cudaMemcpy2D(dst, 4 * stride, words.data(), 4, 4, count, cudaMemcpyHostToDevice));
-    } else if (op == "memset") {
-      std::string name;
-      long long offset, count;
-      in >> name >> offset >> count;
-      CUDA(cudaMemsetAsync(t.at(name, offset), 0, 4 * count, 0));
-    } else if (op == "gemm") {
-      t.run_gemm(in);
-    } else if (op == "kernel") {
-      t.run_kernel(in);
-    } else if (op == "end") {
-      break;
-    } else {
-      fail(("unknown plan line " + op).c_str(), 0);
-    }
-    ++steps_ops;
-  }
-  CUDA(cudaDeviceSynchronize());
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("trainer: %s: %d plan lines, GEMMs through %s%s, in %.3f s\n", argv[1], steps_ops,
-              t.gemm.c_str(), t.device_scalars ? " (device scalars)" : "", seconds);
-  return 0;
+  return run_plan<RuntimeDevice>(argc, argv, [](RuntimeDevice &, int, char **, int &) {
+    return false;  // no options of its own
+  });
 }
