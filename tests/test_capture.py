@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.build import build_recorder, find_toolkit
-from egf_audit.capture.events import parse_cublas, read_capture
+from egf_audit.capture.cublas_log import parse_cublas
+from egf_audit.capture.events import read_capture
 from egf_audit.capture.layout import infer_layout, layout_document, layout_in, load_layout_file
 from egf_audit.cli.app import app
 from egf_audit.errors import AuditEnvironmentError, UsageError

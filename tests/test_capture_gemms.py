@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from egf_audit.capture.audit import audit_capture
-from egf_audit.capture.events import read_capture, source_name
+from egf_audit.capture.events import read_capture
+from egf_audit.capture.kernel_params import source_name
 from egf_audit.capture.layout import load_layout_file, place
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED

@@ -19,14 +19,12 @@ from egf_audit.errors import UsageError, option_error
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, Verdict
 from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, ProcessCapture
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, CONCAT_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
 from .convert import to_trace
 from .events import read_capture
+from .kernel_params import ABI_KERNELS
 from .layout import infer_layout, layout_in, load_layout_file, place
 from .manifest import exit_words, read_manifest
-
-ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,12 @@ from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError, UsageError, about_option
 from egf_audit.outputs.atomic import write_atomic
+from egf_audit.runtime.capture_model import ProcessCapture
 
 from . import driver
 from .build import build_recorder
 from .convert import to_trace
-from .events import EVENTS_GLOB, ProcessCapture, read_capture
+from .events import EVENTS_GLOB, read_capture
 from .layout import LAYOUT_FILE, infer_layout, load_layout_file, place
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from egf_audit.errors import UsageError
 
-from .events import open_capture_file
+from .files import open_capture_file
 
 MANIFEST_FILE = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # a command, counts and notes per process: kilobytes
