@@ -175,7 +175,7 @@ def test_no_values_is_undecided_saying_why(tmp_path):
         ),
         (  # contents outside their allocation
             lambda es: [
-                {**e, "changed": [[0, 4]], "values": 0}
+                {**e, "changed": [[2**40, 4]], "values": 0}
                 if e["ev"] == "contents" and e["alloc"] == 4
                 else e
                 for e in es

@@ -22,8 +22,9 @@ from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, Process
 
 from .convert import to_trace
 from .events import read_capture
+from .inference import infer_layout
 from .kernel_params import ABI_KERNELS
-from .layout import infer_layout, layout_in, load_layout_file, place
+from .layout import layout_in, load_layout_file, place
 from .manifest import exit_words, read_manifest
 
 

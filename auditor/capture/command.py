@@ -60,7 +60,8 @@ from . import driver
 from .build import build_recorder
 from .convert import to_trace
 from .events import EVENTS_GLOB, read_capture
-from .layout import LAYOUT_FILE, infer_layout, load_layout_file, place
+from .inference import infer_layout
+from .layout import LAYOUT_FILE, load_layout_file, place
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
 MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED

@@ -20,13 +20,17 @@ from egf_audit.errors import UsageError
 from egf_audit.runtime.capture_model import Record
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
 
-from .gemms import classic_gemm
-from .schema import OPTIONAL_KEYS
+from .gemms import classic_gemm, operands_problem
+from .schema import OPTIONAL_KEYS, address
 
 _CALL = re.compile(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(")
 _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
-_OP = re.compile(r"CUBLAS_OP_([NTC])")
-_HEX = re.compile(r"HEX:(?:0x)?0x([0-9a-fA-F]+)")
+# what the log prints for an operation, a pointer (`%p` after "0x": "0x0x7f..."; "(nil)" for
+# NULL) and an integer, each the whole value; anything else stays text, which no GEMM argument
+# may be (`_gemm_problem` refuses it)
+_OP = re.compile(r"CUBLAS_OP_([NTC])(?:\(\d+\))?")
+_POINTER = re.compile(r"POINTER \(IN HEX:0x(?:0x([0-9a-fA-F]{1,16})|\(nil\))\)")
+_INT = re.compile(r"-?\d{1,20}")
 SGEMM_ARGS = (*GEMM_ARGS, "A", "B", "C")  # what a logged cublasSgemm_v2 call must give
 RECORDER_KEYS = OPTIONAL_KEYS["cublas"]  # what the recorder adds to a log line
 
@@ -42,13 +46,12 @@ def _log_args(msg: str) -> dict[str, Any]:
         if not arg:
             continue
         key, raw = sys.intern(arg.group(1)), arg.group(2).strip()
-        if (op := _OP.search(raw)) is not None:
+        if (op := _OP.fullmatch(raw)) is not None:
             args[key] = op.group(1)
-        elif (ptr := _HEX.search(raw)) is not None:
-            args[key] = int(ptr.group(1), 16)
+        elif (ptr := _POINTER.fullmatch(raw)) is not None:
+            args[key] = int(ptr.group(1) or "0", 16)
         else:
-            token = raw.split()[0] if raw else raw
-            args[key] = int(token) if re.fullmatch(r"-?\d{1,20}", token) else token
+            args[key] = int(raw) if _INT.fullmatch(raw) else raw
     return args
 
 
@@ -77,13 +80,13 @@ def _gemm_problem(function: str, args: dict[str, Any], bits: dict[str, Any]) -> 
         if k in args and (type(args[k]) is not int or not 0 <= args[k] < 2**31):
             return f"{k} {args[k]!r} is no int from 0 to 2**31 - 1"
     for k in ("A", "B", "C"):
-        if k in args and (type(args[k]) is not int or not 0 <= args[k] < 2**64):
-            return f"{k} {args[k]!r} is no device pointer"
+        if k in args and (type(args[k]) is not int or address(args[k]) is not None):
+            return f"{k} {args[k]!r} is no device pointer of the process"
     for k in ("batchCount", "strideA", "strideB", "strideC"):
         if k in args and (type(args[k]) is not int or abs(args[k]) >= 2**62):
             return f"{k} {args[k]!r} is no integer"
-    if "batchCount" in args and args["batchCount"] < 0:
-        return f"batchCount {args['batchCount']} is negative"
+    if "batchCount" in args and not 0 <= args["batchCount"] < 2**31:
+        return f"batchCount {args['batchCount']} is no int from 0 to 2**31 - 1"
     return None
 
 
@@ -107,10 +110,11 @@ def cublas_record(where: str, line: int, events: list[dict[str, Any]]) -> Record
     bits = {k: v for e in events for k, v in e.items() if k in RECORDER_KEYS}
     if (problem := _gemm_problem(function, args, bits)) is not None:
         _refuse(f"{where} line {line}", f"{function} call: {problem}")
+    gemm = classic_gemm(function, args, bits)
+    if (problem := operands_problem(gemm)) is not None:
+        _refuse(f"{where} line {line}", f"{function} call: {problem}")
     kind = "sgemm" if function == "cublasSgemm_v2" else "gemm"
-    return Record(
-        events[0]["seq"], kind, function, function, classic_gemm(function, args, bits), line=line
-    )
+    return Record(events[0]["seq"], kind, function, function, gemm, line=line)
 
 
 def _operand_set(args: dict[str, Any]) -> set[int]:

@@ -40,14 +40,14 @@ from egf_audit.runtime.capture_model import (
 
 from .cublas_log import cublas_record, inside_classic_call
 from .files import CutOff, parse_line, refuse, text_lines
-from .gemms import lt_gemm
+from .gemms import lt_gemm, operands_problem
 from .kernel_params import abi_problem, decode_params, pointer_words, source_name
-from .regions import Snapshot, snapshot_problem, snapshot_regions, values_reader
+from .live_memory import DEEP_ROUND, LiveMemory
+from .regions import Snapshot, snapshot_regions, values_reader
 from .schema import event_problem
 
 EVENTS_GLOB = "events-*.jsonl*"  # .jsonl as written, .jsonl.gz as committed fixtures keep it
 EVENTS_NAME = re.compile(r"events-(\d+)\.jsonl(\.gz)?")
-DEEP_ROUND = 256  # a deep recorder compares each allocation up to its 256-byte-rounded end
 
 
 class _Reader:
@@ -68,6 +68,7 @@ class _Reader:
         self.observed_seqs: set[int] = set()  # kernel launches, memsets, copies: effects follow
         self.allocated: dict[int, tuple[int, int]] = {}  # alloc seq -> address, bytes
         self.values_end = 0  # the bytes of values-<pid>.bin the events so far have named
+        self.live = LiveMemory()  # the allocations live at the line being read
 
     def record(self, tid: int, record: Record) -> None:
         self.proc.records.append(record)
@@ -142,7 +143,11 @@ class _Reader:
         if ev in ("memset", "copy"):
             self.observed_seqs.add(seq)
         elif ev == "alloc":
+            if (problem := self.live.alloc(event["dst"], event["bytes"], number)) is not None:
+                refuse(where, problem)
             self.allocated[seq] = (event["dst"], event["bytes"])
+        elif ev == "free":
+            self.live.free(event["dst"])
 
     def on_contents(self, where: str, event: dict[str, Any]) -> None:
         made = self.allocated.pop(event["alloc"], None)
@@ -173,6 +178,8 @@ class _Reader:
             )
         if launch in self.proc.effects:
             refuse(where, f"a second effect of call {launch}")
+        if (problem := self.live.compared_problem(event["changed"])) is not None:
+            refuse(where, f"an effect of call {launch}: {problem}")
         self.proc.effects[launch] = Effect(
             launch,
             event["allocations"],
@@ -184,6 +191,8 @@ class _Reader:
     def on_ltmatmul(self, where: str, event: dict[str, Any], number: int) -> None:
         seq, tid = event["seq"], event["tid"]
         args = lt_gemm(event)
+        if (problem := operands_problem(args)) is not None:
+            refuse(where, f"cublasLtMatmul call: {problem}")
         if inside_classic_call(self.last_record.get(tid), args):
             self.proc.internal_lt += 1
             return
@@ -192,8 +201,9 @@ class _Reader:
         self.cublas_call[tid] = seq
 
     def on_snapshot(self, where: str, event: dict[str, Any], number: int) -> None:
-        if (problem := snapshot_problem(event)) is not None:
-            refuse(where, problem)
+        region = self.live.region_problem(event["ptr"], 4 * event["elements"])
+        if region is not None:
+            refuse(where, f"a {event['region']} region of {event['elements']} elements: {region}")
         snap = Snapshot(number, event, event["launch"])
         if event["when"] == "step_start" and event["launch"] == event["seq"]:
             # written by a recorder that took the step's start before its first launch and

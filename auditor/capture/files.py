@@ -2,27 +2,38 @@
 it is opened (a FIFO is never opened: opening one for reading waits for a writer), opened
 non-blocking and checked again from the open file; event lines one at a time, each at most
 MAX_LINE_BYTES; a plain binary file mapped read-only, never read whole; a gzipped one (the
-committed fixtures keep their files gzipped) decompressed. Every problem is one UsageError (exit
-2) naming the file by its name in the folder and, for lines, the 1-based line.
+committed fixtures keep their files gzipped) decompressed to its end, so that every member's
+CRC and length are checked before a verdict rests on any of its bytes, and never past
+MAX_GUNZIPPED_BYTES (a gzip bomb is refused, not expanded). A small JSON file (a manifest, a
+layout file) is parsed with its nesting and its numbers bounded (`parse_json`). Every problem
+is one UsageError (exit 2) naming the file by its name in the folder and, for lines, the
+1-based line.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import math
 import mmap
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
+import numpy as np
+
 from egf_audit.errors import UsageError
 from egf_audit.small_files import not_regular
 
 MAX_LINE_BYTES = 1 << 20  # the recorder's longest line is a few KiB (64 parameters, a log line)
-MAX_GUNZIPPED_BYTES = 1 << 30
+MAX_GUNZIPPED_BYTES = 1 << 30  # what a gzipped capture file may expand to
+MAX_JSON_DEPTH = 32  # a manifest or layout file nests 4 deep
+MAX_JSON_DIGITS = 20  # an integer of a manifest or layout file fits in 64 bits
 _DECODER = json.JSONDecoder()
 
 
@@ -80,7 +91,7 @@ def text_lines(path: Path) -> Iterator[Iterator[tuple[int, bytes]]]:
         )
 
         def lines() -> Iterator[tuple[int, bytes]]:
-            number = 0
+            number = total = 0
             while True:
                 try:
                     line = stream.readline(MAX_LINE_BYTES + 1)
@@ -91,6 +102,9 @@ def text_lines(path: Path) -> Iterator[Iterator[tuple[int, bytes]]]:
                 if not line:
                     return
                 number += 1
+                total += len(line)
+                if total > MAX_GUNZIPPED_BYTES:
+                    refuse(path.name, _expands(path.name))
                 if len(line) > MAX_LINE_BYTES:
                     refuse(f"{path.name} line {number}", f"longer than {MAX_LINE_BYTES} bytes")
                 yield number, line
@@ -129,9 +143,18 @@ def parse_line(where: str, line: bytes) -> dict[str, Any]:
     return event
 
 
+def _expands(name: str) -> str:
+    return (
+        f"it expands to more than {MAX_GUNZIPPED_BYTES} bytes, more than a gzipped capture file "
+        "is decompressed; gunzip it (a plain snapshots or values file is mapped)"
+    )
+
+
 def _gunzip(name: str, f: BinaryIO, need: int) -> bytearray:
-    """The first `need` bytes of a gzipped snapshots file (a committed fixture; the recorder
-    writes plain files, which are mapped instead), fewer when it is shorter."""
+    """The first `need` bytes of a gzipped binary file (a committed fixture; the recorder writes
+    plain files, which are mapped instead), fewer when it is shorter. The whole file is
+    decompressed, and what lies past `need` dropped as it comes, so that its CRC and length
+    are checked whatever part of it the events read."""
     if need > MAX_GUNZIPPED_BYTES:
         refuse(
             name,
@@ -139,15 +162,87 @@ def _gunzip(name: str, f: BinaryIO, need: int) -> bytearray:
             f"decompressed into memory ({MAX_GUNZIPPED_BYTES}); gunzip it (a plain one is mapped)",
         )
     data = bytearray()
+    total = 0
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as z:
-            while len(data) < need and (chunk := z.read(min(1 << 24, need - len(data)))):
-                data += chunk
+            while chunk := z.read(1 << 24):
+                total += len(chunk)
+                if total > MAX_GUNZIPPED_BYTES:
+                    refuse(name, _expands(name))
+                if len(data) < need:
+                    data += chunk[: need - len(data)]
     except EOFError:
         refuse(name, "the gzip stream is cut off")
     except (OSError, zlib.error) as exc:
         refuse(name, f"cannot read it ({exc})")
     return data
+
+
+def gunzip_small(data: bytes, limit: int) -> bytes:
+    """A gzipped small file's bytes, at most `limit` of them (a bomb is refused before it
+    expands), its CRC and length checked. ValueError says what is wrong."""
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as z:
+            while chunk := z.read(1 << 20):
+                out += chunk
+                if len(out) > limit:
+                    raise ValueError(f"it expands to more than {limit} bytes")
+    except EOFError:
+        raise ValueError("the gzip stream is cut off") from None
+    except (OSError, zlib.error) as exc:
+        raise ValueError(f"it is no whole gzip file ({exc})") from None
+    return bytes(out)
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def _nesting(data: bytes) -> int:
+    """How deep `data`'s arrays and objects nest, strings left out (counted without recursing,
+    so a 100,000-deep array costs a pass over its bytes)."""
+    code = np.frombuffer(_STRING.sub(b'""', data), dtype=np.uint8)
+    step = np.isin(code, (ord("["), ord("{"))).astype(np.int64)
+    step -= np.isin(code, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise ValueError(f"{text} is no JSON number")
+
+
+_SMALL = json.JSONDecoder(parse_int=_integer, parse_float=_number, parse_constant=_constant)
+
+
+def parse_json(data: bytes) -> Any:
+    """A small JSON file (a manifest, a layout file), as UTF-8 JSON nested at most
+    MAX_JSON_DEPTH deep, each integer at most MAX_JSON_DIGITS digits, each number finite (no
+    NaN, no Infinity). ValueError (UnicodeDecodeError, json.JSONDecodeError among them) says
+    what is wrong; nothing it reads recurses or overflows."""
+    if (depth := _nesting(data)) > MAX_JSON_DEPTH:
+        raise ValueError(f"nested {depth} deep (at most {MAX_JSON_DEPTH})")
+    text = data.decode("utf-8")
+    value, end = _SMALL.raw_decode(text, _skip_space(text))
+    if text[end:].strip():
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _skip_space(text: str) -> int:
+    return len(text) - len(text.lstrip())
 
 
 def file_bytes(path: Path, need: int) -> Any:

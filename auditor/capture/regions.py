@@ -34,14 +34,6 @@ class Snapshot:
         return self.event["offset"] + 4 * self.event["count"]
 
 
-def snapshot_problem(e: dict[str, Any]) -> str | None:
-    if e["count"] > e["elements"]:
-        return f'"count" {e["count"]} is more than its "elements" {e["elements"]}'
-    if e["offset"] % 4:
-        return f'"offset" {e["offset"]} is not a multiple of 4 (float32 values)'
-    return None
-
-
 def _snapshot_values(events_name: str, snap_path: Path | None, snaps: list[Snapshot]) -> np.ndarray:
     """The snapshots file as float32 values, read-only: a plain file mapped (never read whole),
     a gzipped one decompressed up to the last byte an event points at. Refused when an event

@@ -6,7 +6,14 @@ against the table: a kind the recorder does not write, a key missing, or a value
 JSON type or outside its domain is named in a few words, and the reader refuses the line.
 
 What a key's domain is: integers as the recorder prints them (a JSON true is no integer),
-counts and sizes up to LIMIT.
+counts and sizes up to LIMIT, strings up to MAX_STRING characters, and every device or host
+address the recorder read inside the process's user address space: 0 (none), or from
+LOWEST_ADDRESS up to ADDRESS_LIMIT, with the bytes it names ending there too. ADDRESS_LIMIT is
+2**48: the user space of x86-64 ends below 2**47 and that of aarch64 with 48-bit virtual
+addresses below 2**48, so one bound holds both; LOWEST_ADDRESS is 2**15, because no Linux maps
+the lowest pages (`vm.mmap_min_addr` is 64 KiB on x86-64 and 32 KiB on arm64 by default) and
+the CUDA driver places device memory far above them. `WHOLE` holds the checks across the keys
+of one event (a region's end, a snapshot's kept values within its elements).
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ from egf_audit.runtime.capture_model import HASH_KINDS
 Check = Callable[[Any], str | None]  # None, or what is wrong with the value
 
 LIMIT = 1 << 40  # elements, counts, bytes and offsets: a TiB is more than any GPU holds
+ADDRESS_LIMIT = 1 << 48  # every address and the end of what it names lies below (docstring)
+LOWEST_ADDRESS = 1 << 15  # and, but for 0 (none), at or above this
+MAX_STRING = 1 << 16  # a kernel symbol, a cuBLAS log line, a note: KiB at most
+MAX_ROWS = 2**31 - 1  # a kernel's rows argument, which a wire region's elements are, is an int
 MAX_PARAMS = 64  # the recorder's MAX_PARAMS
 MAX_PARAM_BYTES = 1 << 16  # a kernel's whole parameter block is at most 32 KiB
 MAX_BATCH_POINTERS = 4096  # the recorder's MAX_BATCH_POINTERS
@@ -47,7 +58,22 @@ def integer(low: int, high: int, high_words: str | None = None) -> Check:
 
 
 def string(value: Any) -> str | None:
-    return None if type(value) is str else "must be a string"
+    if type(value) is not str:
+        return "must be a string"
+    return None if len(value) <= MAX_STRING else f"is longer than {MAX_STRING} characters"
+
+
+def address(value: Any) -> str | None:
+    """A device or host address the recorder read: 0 (none), or one the process can map."""
+    if type(value) is not int:
+        return "must be an integer"
+    if value and not LOWEST_ADDRESS <= value < ADDRESS_LIMIT:
+        return f"is {value}: no address of the process (0, or from 2**15 to below 2**48)"
+    return None
+
+
+def _leaves(start: int, size: int) -> bool:
+    return start + size > ADDRESS_LIMIT
 
 
 def boolean(value: Any) -> str | None:
@@ -110,18 +136,30 @@ def pointers(value: Any) -> str | None:
     """A pointer-array GEMM's pointers, as the recorder read them from the device."""
     if type(value) is not list or len(value) > MAX_BATCH_POINTERS:
         return f"must be a list of at most {MAX_BATCH_POINTERS} pointers"
-    if any(type(v) is not int or not 0 <= v < 2**64 for v in value):
-        return "must hold integers from 0 to 2**64 - 1"
+    for i, v in enumerate(value):
+        if (problem := address(v)) is not None:
+            return f"[{i}] {problem}"
     return None
 
 
+_LT_AT_LEAST = (-(2**63), -(2**63), -1, -1, -1, -1, -(2**63))  # -1: unreadable
+_LT_AT_MOST = (2**63 - 1, 2**63 - 1, 2**63 - 1, 2**63 - 1, 2**63 - 1, 2**31 - 1, 2**63 - 1)
+
+
 def lt_layout(value: Any) -> str | None:
-    """null, or [type, order, rows, cols, ld, batch count, batch stride] (-1: unreadable)."""
+    """null, or [type, order, rows, cols, ld, batch count, batch stride] (-1: unreadable): sizes
+    and the leading dimension not negative, the batch count an int32, as cuBLASLt keeps them."""
     if value is None:
         return None
-    if type(value) is list and len(value) == 7 and all(_ANY64(v) is None for v in value):
-        return None
-    return "must be null or a list of 7 integers"
+    if not (type(value) is list and len(value) == 7 and all(_ANY64(v) is None for v in value)):
+        return "must be null or a list of 7 integers"
+    for v, low, high, what in zip(value, _LT_AT_LEAST, _LT_AT_MOST, LT_FIELDS, strict=True):
+        if not low <= v <= high:
+            return f"has {what} {v}: must be from {low} to {high}"
+    return None
+
+
+LT_FIELDS = ("type", "order", "rows", "cols", "ld", "batch count", "batch stride")
 
 
 def lt_desc(value: Any) -> str | None:
@@ -157,12 +195,14 @@ def runs(value: Any) -> str | None:
     for i, run in enumerate(value):
         if type(run) is not list or len(run) != 2 or type(run[0]) is not int:
             return f"[{i}] must be a pair of integers [address, bytes]"
-        address, size = run
-        if type(size) is not int or not 0 < size <= LIMIT or not 0 <= address < 2**64 - size:
+        start, size = run
+        if type(size) is not int or not 0 < size <= LIMIT or address(start) or not start:
             return f"[{i}] must be an address and a byte count from 1 to 2**40"
-        if address <= end:
-            return f"[{i}] starts at {address}, not after the run before it (ends at {end})"
-        end = address + size
+        if _leaves(start, size):
+            return f"[{i}] ends at {start + size}, past the process's address space (2**48)"
+        if start <= end:
+            return f"[{i}] starts at {start}, not after the run before it (ends at {end})"
+        end = start + size
     return None
 
 
@@ -177,15 +217,15 @@ class Key:
     optional: bool = False
 
 
-def memory(*extra: Key) -> tuple[Key, ...]:
-    """memset, copy, alloc, free: one form (dst is the pointer a free gives back)."""
+def memory(pointer: Check = address) -> tuple[Key, ...]:
+    """memset, copy, alloc, free: one form (dst is the pointer a free gives back, which the
+    driver checks: a free of no allocation frees nothing, whatever it names)."""
     return (
         Key("api", string),
-        Key("dst", U64),
-        Key("src", U64),
+        Key("dst", pointer),
+        Key("src", pointer),
         Key("bytes", SIZE),
         Key("value", integer(-(2**63), 2**64 - 1, "2**64 - 1")),
-        *extra,
     )
 
 
@@ -227,7 +267,7 @@ SCHEMA: dict[str, tuple[Key, ...]] = {
     "memset": memory(),
     "copy": memory(),
     "alloc": memory(),
-    "free": memory(),  # cuMemFree, cuMemFreeAsync, cudaFree, cudaFreeAsync
+    "free": memory(U64),  # cuMemFree, cuMemFreeAsync, cudaFree, cudaFreeAsync
     "cublas": (
         Key("msg", string),
         # on the log line that completes a GEMM's alpha and beta: pointer mode 0 host, 1
@@ -243,10 +283,10 @@ SCHEMA: dict[str, tuple[Key, ...]] = {
     ),
     "graph": (Key("api", string),),  # cuGraphLaunch / cudaGraphLaunch: a replay it cannot follow
     "ltmatmul": (
-        Key("a", U64),
-        Key("b", U64),
-        Key("c", U64),
-        Key("d", U64),
+        Key("a", address),
+        Key("b", address),
+        Key("c", address),
+        Key("d", address),
         Key("adesc", lt_layout),
         Key("bdesc", lt_layout),
         Key("cdesc", lt_layout),
@@ -260,7 +300,7 @@ SCHEMA: dict[str, tuple[Key, ...]] = {
         Key("launch", SEQ),
         Key("when", one_of(*SNAPSHOT_WHEN)),
         Key("region", one_of(*SNAPSHOT_REGIONS)),
-        Key("ptr", U64),
+        Key("ptr", address),
         Key("elements", SIZE),
         Key("rows", SIZE),
         Key("ld", SIZE),
@@ -286,6 +326,44 @@ SCHEMA: dict[str, tuple[Key, ...]] = {
 }
 OPTIONAL_KEYS = {kind: {k.name for k in keys if k.optional} for kind, keys in SCHEMA.items()}
 
+
+# ---- the checks across the keys of one event ----
+def _extent(event: dict[str, Any]) -> str | None:
+    """A memory call's or an allocation's pointers, and the bytes from each, in the address
+    space; no allocation of any size at address 0."""
+    size = event["bytes"]
+    for key in ("dst", "src"):
+        if event[key] and _leaves(event[key], size):
+            return f'"{key}" {event[key]} and {size} bytes from it leave the address space (2**48)'
+    if event["ev"] == "alloc" and size and not event["dst"]:
+        return f"an allocation of {size} bytes at address 0"
+    return None
+
+
+def _snapshot(event: dict[str, Any]) -> str | None:
+    """A region's kept values within its elements, as float32 values; its elements from a
+    pointer the process maps, a wire column no longer than a kernel's rows can be."""
+    if event["count"] > event["elements"]:
+        return f'"count" {event["count"]} is more than its "elements" {event["elements"]}'
+    if event["offset"] % 4:
+        return f'"offset" {event["offset"]} is not a multiple of 4 (float32 values)'
+    if not event["ptr"]:
+        return '"ptr" 0: a region of no memory'
+    if _leaves(event["ptr"], 4 * event["elements"]):
+        ptr, elements = event["ptr"], event["elements"]
+        return f'"ptr" {ptr} and {elements} elements from it leave the address space (2**48)'
+    if event["region"] == "wire" and event["elements"] > MAX_ROWS:
+        return f"a wire region of {event['elements']} elements: more rows than an int holds"
+    return None
+
+
+WHOLE: dict[str, Check] = {
+    "memset": _extent,
+    "copy": _extent,
+    "alloc": _extent,
+    "snapshot": _snapshot,
+}
+
 _REQUIRED = {kind: (*COMMON, *(k for k in keys if not k.optional)) for kind, keys in SCHEMA.items()}
 _OPTIONAL = {kind: tuple(k for k in keys if k.optional) for kind, keys in SCHEMA.items()}
 
@@ -307,4 +385,5 @@ def event_problem(event: dict[str, Any]) -> str | None:
     for key in _OPTIONAL[ev]:
         if key.name in event and (problem := key.check(event[key.name])) is not None:
             return f'"{key.name}" {problem}'
-    return None
+    whole = WHOLE.get(ev)
+    return None if whole is None else whole(event)
