@@ -25,11 +25,26 @@ PID = int(next(CLEAN.glob("events-*.jsonl.gz")).name.split("-")[1].split(".")[0]
 EVENTS = gzip.decompress((CLEAN / f"events-{PID}.jsonl.gz").read_bytes())
 SNAPSHOTS = gzip.decompress((CLEAN / f"snapshots-{PID}.bin.gz").read_bytes())
 LAYOUT = gzip.decompress((CLEAN / "layout.json.gz").read_bytes())
+OLD_MANIFEST = {  # what capture wrote for an earlier run (one process, pid 77)
+    "command": ["old-trainer"],
+    "exit_code": 0,
+    "wall_s": 1.5,
+    "layout": "layout.json",
+    "snapshot_kernels": [],
+    "processes": [
+        {
+            "pid": 77,
+            "audited": True,
+            **dict.fromkeys(("kernels", "gemms", "memsets", "copies", "snapshots"), 0),
+            "notes": [],
+        }
+    ],
+}
 OLD = {  # an earlier capture, as --out holds it
     "events-77.jsonl": b'{"ev":"init","seq":0,"pid":77}\n',
     "snapshots-77.bin": b"\x00\x01old",
     "trace.jsonl": b'{"old": true}\n',
-    "manifest.json": b'{"exit_code": 0, "old": true}\n',
+    "manifest.json": json.dumps(OLD_MANIFEST).encode(),
     "layout.json": b'{"old layout copy": 1}',
     "trainer-audit.md": b"# old audit\n",
 }
@@ -344,10 +359,10 @@ def test_a_failed_rename_into_place_puts_the_earlier_capture_back(
 ):
     rename = os.rename
 
-    def failing(src, dst):
-        if "egf-capture-tmp" in str(src):
+    def failing(src, dst, **dir_fds):
+        if "egf-capture-new" in str(src):  # the complete capture, renamed into place
             raise OSError(28, "No space left on device")
-        rename(src, dst)
+        rename(src, dst, **dir_fds)
 
     monkeypatch.setattr(capture_command.os, "rename", failing)
     layout = earlier / "build" / "layout.json"
@@ -384,7 +399,7 @@ def test_a_folder_of_only_a_document_is_no_capture(tmp_path, fake_recorder):
     out = tmp_path / "docs"
     out.mkdir()
     (out / "trainer-audit.md").write_bytes(b"# mine\n")
-    with pytest.raises(UsageError, match=r"holds no manifest\.json and no events"):
+    with pytest.raises(UsageError, match=r"holds no manifest\.json \(an egf-audit capture's"):
         run_capture(trainer(tmp_path, marker=tmp_path / "ran"), out)
     assert not (tmp_path / "ran").exists()
     assert files(out) == {"trainer-audit.md": b"# mine\n"}

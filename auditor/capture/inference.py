@@ -1,11 +1,12 @@
 """Which pointer is which buffer, without a layout file: inference from the capture itself.
 
-The four ABI kernels name their pointer arguments (kernels/CONTRACT.md, section 3) and GEMM operand identity
-carries names on: the weight the forward GEMM on the concat scratch reads is `w_b0fc`; the GEMM
-that reads the scratch contracting over its rows writes `w_b0fc`'s gradient; the GEMM that reads
-`w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat` (docs/capture.md, "Without
-a layout file"). Used only where the capture names no layout file: a named layout that cannot
-be read, or names none of the trainer's pointers, is refused, never replaced by this.
+The four ABI kernels name their pointer arguments (kernels/CONTRACT.md, section 3) and GEMM
+operand identity carries names on: the weight the forward GEMM on the concat scratch reads is
+`w_b0fc`; the GEMM that reads the scratch contracting over its rows writes `w_b0fc`'s gradient;
+the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat`
+(docs/capture.md, "Without a layout file"). Used only where the capture names no layout file: a
+named layout that cannot be read, or names none of the trainer's pointers, is refused, never
+replaced by this.
 """
 
 from __future__ import annotations

@@ -97,11 +97,9 @@ def _dims(raw: Any, path: Path) -> dict[str, Any]:
     return dict(raw)
 
 
-def _read(path: Path) -> Any:
-    """The layout file's JSON, read as `--config` is (a regular file of at most
-    MAX_LAYOUT_BYTES, opened without blocking), a gzipped one expanded to at most as much, and
-    parsed with its nesting and numbers bounded (capture/files.py)."""
-    data = read_small_bytes(path, "layout file", limit=MAX_LAYOUT_BYTES)
+def _read(data: bytes, path: Path) -> Any:
+    """The layout file's JSON: a gzipped one expanded to at most MAX_LAYOUT_BYTES, parsed with
+    its nesting and numbers bounded (capture/files.py)."""
     try:
         if path.suffix == ".gz":
             data = gunzip_small(data, MAX_LAYOUT_BYTES)
@@ -115,9 +113,16 @@ def _read(path: Path) -> Any:
 
 
 def load_layout_file(path: Path) -> CaptureLayout:
-    """Read and check a layout file; every problem is one UsageError line naming the key."""
+    """Read and check a layout file, read as `--config` is (a regular file of at most
+    MAX_LAYOUT_BYTES, opened without blocking); every problem is one UsageError line naming
+    the key."""
     path = Path(path)
-    doc = _read(path)
+    return parse_layout(read_small_bytes(path, "layout file", limit=MAX_LAYOUT_BYTES), path)
+
+
+def parse_layout(data: bytes, path: Path) -> CaptureLayout:
+    """A layout file's bytes, checked (`path` names it in messages)."""
+    doc = _read(data, path)
     if type(doc) is not dict or doc.get("format") != FORMAT:
         _refuse(path, f'"format" must be "{FORMAT}"')
     if type(doc.get("param_offsets", {})) is not dict:
