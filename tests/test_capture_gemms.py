@@ -20,7 +20,7 @@ from egf_audit.capture.kernel_params import source_name
 from egf_audit.capture.layout import load_layout_file, place
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
-from egf_audit.runtime.capture_model import gemm_operands
+from egf_audit.runtime.gemm_operands import gemm_operands
 
 PID = 777
 HEADERS = {

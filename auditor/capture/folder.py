@@ -133,15 +133,15 @@ def read_folder(folder: Path) -> CaptureFolder:
     """Every process of a capture folder, checked against its manifest (module docstring)."""
     folder = Path(folder)
     if not folder.is_dir():
-        problem = "is a file, not a folder" if folder.exists() else "no such folder"
-        raise option_error(UsageError, "capture", folder, problem)
+        missing = "is a file, not a folder" if folder.exists() else "no such folder"
+        raise option_error(UsageError, "capture", folder, missing)
     manifest = read_manifest(folder)
     if manifest is not None and (problem := contents_problem(folder, manifest)) is not None:
         raise UsageError(problem)
     procs = read_capture(folder)
     if not procs:
-        problem = "no recorder events in it (events-<pid>.jsonl)"
-        raise option_error(UsageError, "capture", folder, problem)
+        empty = "no recorder events in it (events-<pid>.jsonl)"
+        raise option_error(UsageError, "capture", folder, empty)
     if manifest is not None:
         for proc in procs:
             if (problem := _recorded_problem(folder, manifest, proc)) is not None:

@@ -20,7 +20,7 @@ import re
 import struct
 from typing import Any
 
-from egf_audit.runtime.capture_model import MAX_BATCHES_BOUND, gemm_operands
+from egf_audit.runtime.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
 
 from .schema import ADDRESS_LIMIT, LOWEST_ADDRESS

@@ -15,76 +15,17 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.capture_allocations import Allocation, AllocationIndex
 from egf_audit.runtime.config_view import HyperView
-from egf_audit.runtime.gemm_rules import GemmShape
+from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.hyper import Hyper
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, BufferLayout, Region, Trace
-
-# ---- a GEMM call's operands, whatever entry point made it ----
-# Every GEMM record (cublasSgemm_v2, cublasGemmEx, the batched and strided-batched calls,
-# cublasLtMatmul) carries the SGEMM's eight shape arguments (transa, transb, m, n, k, lda, ldb,
-# ldc), its pointers A, B, C, and where they differ from one fp32 matrix each: `batch` (count),
-# `strideA`/`strideB`/`strideC` (elements between batches), `A_ptrs`/`B_ptrs`/`C_ptrs` (a
-# pointer-array call's pointers), `bytesA`/`bytesB`/`bytesC` (element size), `D` and `ldd`
-# (cuBLASLt's output, when it is not C), and `unbound` (why its operands cannot be named).
-MAX_BATCHES_BOUND = 4096  # a pointer-array call binds each batch; the recorder reads this many
-
 
 # How a recorder hashed its snapshot regions (its init event's "hash"; absent: fnv1a, the
 # byte-by-byte FNV-1a of recorders before mix64). invariants/capture_common.py computes both.
 HASH_FNV1A, HASH_MIX64 = "fnv1a", "mix64"
 HASH_KINDS = (HASH_FNV1A, HASH_MIX64)
-
-
-@dataclass(frozen=True)
-class GemmOperand:
-    """One operand of one batch of a GEMM call: where it starts, its element size, and its
-    row-major box (rows, width, row stride) in elements of that size."""
-
-    role: str  # "A", "B", "C", "D"; "A[3]" for batch 3 of a batched call
-    pointer: int
-    access: str  # "r", "w", "rw"
-    element_bytes: int
-    box: tuple[int, int, int]
-
-    @property
-    def extent_bytes(self) -> int:
-        """Bytes from the pointer to one past the last element the box touches."""
-        rows, width, ld = self.box
-        return 0 if rows <= 0 or width <= 0 else ((rows - 1) * ld + width) * self.element_bytes
-
-
-def gemm_operands(args: dict[str, Any]) -> list[GemmOperand]:
-    """Every operand of every batch the call's operands are judged at: all batches of a
-    pointer-array call; the first and the last of a strided one (the batches between lie
-    between them, with the same box); none when the call is `unbound`."""
-    if "unbound" in args:
-        return []
-    boxes = gemm_operand_boxes(GemmShape.of(args))
-    beta = args.get("beta")
-    has_d = "D" in args and args["D"] != args["C"]
-    access = {"A": "r", "B": "r", "C": "r" if has_d else ("w" if beta == 0.0 else "rw")}
-    if has_d:
-        boxes["D"] = (*boxes["C"][:2], args["ldd"])
-        access["D"] = "w"
-    batch = int(args.get("batch", 1))
-    out = []
-    for role, box in boxes.items():
-        size = int(args.get(f"bytes{role}", ELEMENT_BYTES))
-        pointers = args.get(f"{role}_ptrs")
-        if pointers is None:
-            stride = int(args.get(f"stride{role}", 0)) * size
-            first_last = (0, batch - 1) if batch > 1 else (0,)
-            pointers = [args[role] + i * stride for i in first_last]
-            batches = list(first_last)
-        else:
-            batches = list(range(len(pointers)))
-        for i, pointer in zip(batches, pointers, strict=True):
-            name = role if i == 0 else f"{role}[{i}]"
-            out.append(GemmOperand(name, pointer, access[role], size, box))
-    return out
 
 
 @dataclass(frozen=True)
@@ -310,23 +251,6 @@ class Site:
     end: int
 
 
-class Allocation(NamedTuple):
-    """Device memory the process was given (alloc records: every driver and runtime allocation
-    entry point the recorder hooks) and, where it gave it back, when (free records). `made` and
-    `freed` are event seqs, so a launch can be judged against what was allocated as it ran."""
-
-    address: int
-    bytes: int
-    made: int
-    freed: int | None = None
-
-    def live_at(self, seq: int) -> bool:
-        return self.made < seq and (self.freed is None or seq < self.freed)
-
-    def holds(self, pointer: int) -> bool:
-        return self.address <= pointer < self.address + self.bytes
-
-
 @dataclass
 class CaptureTrace:
     """One audited process: its launches as a `Trace` (the same launches, bindings and labels
@@ -340,6 +264,7 @@ class CaptureTrace:
     allocations: list[Allocation] = field(default_factory=list)  # in the order made
     # the allocations that ever held a pointer, in the order made, by pointer (holding())
     _holding: dict[int, list[Allocation]] = field(default_factory=dict, repr=False)
+    _index: AllocationIndex | None = field(default=None, repr=False)
     _inside: dict[int, list[Record]] | None = field(default=None, repr=False)
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
@@ -357,12 +282,21 @@ class CaptureTrace:
         return self._inside
 
     def holding(self, pointer: int) -> list[Allocation]:
-        """Every allocation that ever held `pointer`, in the order made (memoised: a trainer
-        passes the same pointers step after step)."""
+        """Every allocation that ever held `pointer`, in the order made: O(log n) through the
+        index, and memoised (a trainer passes the same pointers step after step)."""
         found = self._holding.get(pointer)
         if found is None:
-            found = self._holding[pointer] = [a for a in self.allocations if a.holds(pointer)]
+            if self._index is None:
+                self._index = AllocationIndex(self.allocations)
+            made = self._index.holding(pointer)
+            found = self._holding[pointer] = [self.allocations[i] for i in made]
         return found
+
+    def live_holder(self, pointer: int, seq: int) -> Allocation | None:
+        """The allocation holding `pointer` as the call of seq `seq` ran, if one did (live
+        allocations never overlap: the reader refuses a capture in which they would)."""
+        live = [a for a in self.holding(pointer) if a.live_at(seq)]
+        return live[-1] if live else None
 
     def dim(self, name: str) -> int | None:
         value = self.layout.dims.get(name)
