@@ -171,7 +171,13 @@ class Completed:
         """Move the recorder's files here: regular files of the names it writes. Anything else
         the command left in its capture folder (a link, a folder, a FIFO, a file of another
         name) refuses the capture: it is not what the recorder wrote."""
-        src = os.open(recording, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            src = os.open(recording, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            raise UsageError(
+                f"the folder the recorder wrote into ({recording.name}) is no folder now: the "
+                f"command moved it or put a link in its place; nothing is replaced at {self.out}"
+            ) from None
         try:
             with os.scandir(src) as listing:
                 entries = sorted(listing, key=lambda e: e.name)

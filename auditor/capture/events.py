@@ -48,6 +48,8 @@ from .schema import event_problem
 
 EVENTS_GLOB = "events-*.jsonl*"  # .jsonl as written, .jsonl.gz as committed fixtures keep it
 EVENTS_NAME = re.compile(r"events-(\d+)\.jsonl(\.gz)?")
+MAX_NOTES = 1024  # the recorder notes a handful of things a process (a logger, a budget)
+MAX_CALL_LINES = 1024  # cuBLAS logs a call in one line per argument: a few dozen
 
 
 class _Reader:
@@ -223,7 +225,13 @@ class _Reader:
             if "I! " in event["msg"] or tid not in self.open_calls:
                 self.close(tid)
                 self.open_calls[tid] = (number, [])
-            self.open_calls[tid][1].append(event)
+            first, messages = self.open_calls[tid]
+            if len(messages) >= MAX_CALL_LINES:
+                refuse(
+                    where,
+                    f"a cuBLAS call (line {first}) logged in more than {MAX_CALL_LINES} lines",
+                )
+            messages.append(event)
             return
         self.close(tid)
         if ev in ("init", "exit") and event["pid"] != self.proc.pid:
@@ -232,6 +240,8 @@ class _Reader:
         if ev == "init":
             self.on_init(where, event)
         elif ev == "note":
+            if len(self.proc.notes) >= MAX_NOTES:
+                refuse(where, f"more than {MAX_NOTES} notes in one process")
             self.proc.notes.append(event["msg"])
         elif ev == "kernel":
             self.on_kernel(where, event, number)

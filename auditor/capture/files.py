@@ -32,6 +32,7 @@ from egf_audit.small_files import not_regular
 
 MAX_LINE_BYTES = 1 << 20  # the recorder's longest line is a few KiB (64 parameters, a log line)
 MAX_GUNZIPPED_BYTES = 1 << 30  # what a gzipped capture file may expand to
+GUNZIP_CHUNK = 1 << 24  # decompressed at a time, kept or dropped
 MAX_JSON_DEPTH = 32  # a manifest or layout file nests 4 deep
 MAX_JSON_DIGITS = 20  # an integer of a manifest or layout file fits in 64 bits
 _DECODER = json.JSONDecoder()
@@ -165,7 +166,7 @@ def _gunzip(name: str, f: BinaryIO, need: int) -> bytearray:
     total = 0
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as z:
-            while chunk := z.read(1 << 24):
+            while chunk := z.read(GUNZIP_CHUNK):
                 total += len(chunk)
                 if total > MAX_GUNZIPPED_BYTES:
                     refuse(name, _expands(name))

@@ -128,6 +128,7 @@ def parse_layout(data: bytes, path: Path) -> CaptureLayout:
     if type(doc.get("param_offsets", {})) is not dict:
         _refuse(path, '"param_offsets" must be an object')
     offsets = _table(doc.get("param_offsets", {}), "param_offsets", path)
+    _refuse_overlapping_tensors(offsets, "param_offsets", path)  # the tensors of `params`
     layout = CaptureLayout(dims=_dims(doc.get("dims", {}), path), from_file=True)
     buffers = doc.get("buffers")
     if type(buffers) is not dict or not buffers:

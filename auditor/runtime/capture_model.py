@@ -154,6 +154,10 @@ class Buffer:
         return self.base <= ptr < self.base + self.size * ELEMENT_BYTES
 
 
+def _end(b: Buffer) -> int:
+    return b.base + b.size * ELEMENT_BYTES
+
+
 class NamedBuffer(TypedDict):
     """How one buffer of a capture was named: a row of the capture document's buffer table."""
 
@@ -169,24 +173,40 @@ class CaptureLayout:
     from_file: bool = False
     _by_base: list[Buffer] | None = field(default=None, repr=False)
     _bases: list[int] = field(default_factory=list, repr=False)
+    # by position in _by_base: the buffer below it still open where it starts (-1: none)
+    _parent: list[int] = field(default_factory=list, repr=False)
 
     def add(self, buffer: Buffer) -> None:
         self.buffers.setdefault(buffer.name, buffer)
         self._by_base = None
 
+    def _index(self) -> list[Buffer]:
+        if self._by_base is None:
+            by_base = sorted(self.buffers.values(), key=lambda b: (b.base, -b.size))
+            self._bases = [b.base for b in by_base]
+            self._parent = []
+            open_: list[int] = []  # the buffers not ended where the next one starts, in order
+            for i, b in enumerate(by_base):
+                while open_ and _end(by_base[open_[-1]]) <= b.base:
+                    open_.pop()
+                self._parent.append(open_[-1] if open_ else -1)
+                open_.append(i)
+            self._by_base = by_base
+        return self._by_base
+
     def resolve(self, ptr: int) -> tuple[Buffer, int] | None:
         """The innermost named buffer holding `ptr`, and the element offset into it. Buffers
         nest (a tensor's own name inside a flat buffer) but never partly overlap, so the
-        holder with the highest base at or below `ptr` is the innermost."""
-        if self._by_base is None:
-            self._by_base = sorted(self.buffers.values(), key=lambda b: (b.base, -b.size))
-            self._bases = [b.base for b in self._by_base]
+        holder with the highest base at or below `ptr` is the innermost. Only a buffer still
+        open where the last one at or below `ptr` starts can hold it (one that ended before
+        ends below `ptr`), and those are that buffer's chain of parents: O(log n + depth)."""
+        by_base = self._index()
         i = bisect.bisect_right(self._bases, ptr) - 1
-        while i >= 0 and not self._by_base[i].contains(ptr):
-            i -= 1
+        while i >= 0 and not by_base[i].contains(ptr):
+            i = self._parent[i]
         if i < 0:
             return None
-        inner = self._by_base[i]
+        inner = by_base[i]
         byte_offset = ptr - inner.base
         if byte_offset % ELEMENT_BYTES:
             return None
@@ -194,18 +214,18 @@ class CaptureLayout:
 
     def outermost(self) -> CaptureLayout:
         """The same layout without the buffers that lie inside another (a view the file names
-        inside `params`, say): every pointer resolves to the allocation-level buffer."""
-        kept = {
-            name: b
-            for name, b in self.buffers.items()
-            if not any(
-                o is not b
-                and o.base <= b.base
-                and b.base + b.size * ELEMENT_BYTES <= o.base + o.size * ELEMENT_BYTES
-                and (o.size > b.size or o.base < b.base)
-                for o in self.buffers.values()
-            )
-        }
+        inside `params`, say): every pointer resolves to the allocation-level buffer. One
+        sweep in address order: a buffer lies inside another when one before it (a lower
+        base, or the same base and more elements) ends at or after its end."""
+        inside: set[int] = set()
+        reach, group, group_reach = -1, None, -1  # the furthest end before this group
+        for b in sorted(self.buffers.values(), key=lambda b: (b.base, -b.size)):
+            if (b.base, b.size) != group:  # a group: buffers of one span, none inside another
+                group, group_reach = (b.base, b.size), reach
+            if group_reach >= _end(b):
+                inside.add(id(b))
+            reach = max(reach, _end(b))
+        kept = {name: b for name, b in self.buffers.items() if id(b) not in inside}
         return CaptureLayout(kept, self.dims, self.from_file)
 
     def base_of(self, name: str) -> int | None:
