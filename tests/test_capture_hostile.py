@@ -10,6 +10,8 @@ through `python -m egf_audit` as a separate process. CI runs SAMPLE (a few of ea
 20 s); the `hostile_all` marker, deselected by default (pyproject.toml's addopts), runs them all:
 
     python -m pytest -m hostile_all tests/test_capture_hostile.py -n 2
+
+With HOSTILE_REPORT=FILE, each case appends what it measured (exit code, seconds, peak RSS).
 """
 
 from __future__ import annotations
@@ -102,6 +104,15 @@ def test_the_sample_names_cases_of_every_class():
 
 
 # ---- one case, in a child process ----
+def _digest(path: Path) -> str:
+    """A file's sha256, read a MiB at a time (a case's 2 GiB sparse file is never held whole)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _files(root: Path) -> dict[str, str]:
     """Every file under `root` (links as what they point at, special files by their kind)."""
     found: dict[str, str] = {}
@@ -112,7 +123,7 @@ def _files(root: Path) -> dict[str, str]:
             if path.is_symlink():
                 found[key] = "link to " + os.readlink(path)
             elif path.is_file():
-                found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+                found[key] = _digest(path)
             else:
                 found[key] = "special"
     return found
@@ -221,6 +232,11 @@ def _assert_names_escaped(case, result: dict[str, Any]) -> None:
 
 def _judge(case, result: dict[str, Any]) -> None:
     code, output = result["code"], result["output"]
+    if report := os.environ.get("HOSTILE_REPORT"):  # one line a case: what the run measured
+        line = {"case": case.name, "class": case.klass, "expected": case.expected, "code": code}
+        line |= {"seconds": round(result["seconds"], 3), "rss": result["rss"]}
+        with open(report, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
     assert "Traceback" not in output and "internal error" not in output, output[-2000:]
     assert code == case.expected, (
         f"{case.name}: exit {code}, expected {case.expected}\n{output[-2000:]}"
