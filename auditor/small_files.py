@@ -1,6 +1,7 @@
-"""Reading a small text file the user names (a `--config`, a settings file) without ever
-blocking or filling the memory: a FIFO would hold the gate forever, a device such as /dev/zero
-would fill the memory. One home for the rule, used by pipeline/config.py and cli/project.py."""
+"""Reading a small file the user names (a `--config`, a settings file, a capture's layout file)
+without ever blocking or filling the memory: a FIFO would hold the gate forever, a device such
+as /dev/zero would fill the memory. One home for the rule, used by pipeline/config.py,
+cli/project.py and capture/layout.py."""
 
 from __future__ import annotations
 
@@ -25,9 +26,20 @@ def read_small_text(
     path: Path, what: str, error: type[UsageError] = UsageError, limit: int = MAX_BYTES
 ) -> str:
     """The UTF-8 text of `path` (`what` names it in messages: "config file"), refused with
-    `error` unless it is a regular file of at most `limit` bytes. The type is checked before the
-    open and again on the open file (the path may have changed in between), and the open does
-    not block."""
+    `error` unless it is a regular file of at most `limit` bytes (read_small_bytes)."""
+    data = read_small_bytes(path, what, error, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text: {exc.reason}") from None
+
+
+def read_small_bytes(
+    path: Path, what: str, error: type[UsageError] = UsageError, limit: int = MAX_BYTES
+) -> bytes:
+    """The bytes of `path`, refused with `error` unless it is a regular file of at most `limit`
+    bytes. The type is checked before the open and again on the open file (the path may have
+    changed in between), and the open does not block."""
     try:
         _check_regular(path, os.stat(path), what, error, limit)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
@@ -43,10 +55,7 @@ def read_small_text(
         raise error(f"{what} {path} cannot be read: {exc.strerror}") from None
     if len(data) > limit:  # it grew after the check
         raise error(_too_large(path, len(data), what, limit))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"{what} {path} is not UTF-8 text: {exc.reason}") from None
+    return data
 
 
 def not_regular(mode: int) -> str | None:

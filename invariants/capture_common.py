@@ -191,13 +191,19 @@ def mix64_hex(values: np.ndarray) -> str:
     bits = np.ascontiguousarray(values, dtype="<f4").reshape(-1).view("<u4")
     total = 0
     for low in range(0, bits.size, MIX64_CHUNK):
-        part = bits[low : low + MIX64_CHUNK].astype(np.uint64)
-        z = part + np.arange(low, low + part.size, dtype=np.uint64) * np.uint64(MIX64_STEP)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX64_M1)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX64_M2)
-        z ^= z >> np.uint64(31)
-        total = (total + int(z.sum(dtype=np.uint64))) & MASK64
+        total = (total + _mix64_sum(bits[low : low + MIX64_CHUNK], low)) & MASK64
     return f"{total:016x}"
+
+
+def _mix64_sum(bits: np.ndarray, low: int) -> int:
+    """The sum of splitmix64's finaliser over elements `low`, `low + 1`, ... of these bits."""
+    z = bits.astype(np.uint64) + np.arange(low, low + bits.size, dtype=np.uint64) * np.uint64(
+        MIX64_STEP
+    )
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX64_M1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX64_M2)
+    z ^= z >> np.uint64(31)
+    return int(z.sum(dtype=np.uint64))
 
 
 def fnv1a_hex(values: np.ndarray) -> str:
@@ -219,8 +225,12 @@ def _fnv1a_of_bytes(data: bytes) -> str:
 def zeros_hash(elements: int, kind: str = HASH_FNV1A) -> str:
     """The hash of `elements` +0.0 values of the kind a capture names (fnv1a: every byte is 0,
     so each step only multiplies)."""
-    if kind == HASH_MIX64:
-        return mix64_hex(np.zeros(elements, dtype=np.float32))
+    if kind == HASH_MIX64:  # a chunk of zeros at a time: no array of `elements` is made
+        zeros = np.zeros(min(elements, MIX64_CHUNK), dtype=np.uint32)
+        total = 0
+        for low in range(0, elements, MIX64_CHUNK):
+            total = (total + _mix64_sum(zeros[: min(MIX64_CHUNK, elements - low)], low)) & MASK64
+        return f"{total:016x}"
     return f"{(FNV_OFFSET * pow(FNV_PRIME, 4 * elements, 1 << 64)) & MASK64:016x}"
 
 

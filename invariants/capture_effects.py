@@ -31,7 +31,8 @@ from egf_audit.runtime.capture_spans import Spans, Unbounded, declared, whole
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from egf_audit.runtime.capture_model import Allocation, CaptureTrace, Effect, Record
+    from egf_audit.runtime.capture_allocations import Allocation
+    from egf_audit.runtime.capture_model import CaptureTrace, Effect, Record
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,10 @@ def _may_write(ct: CaptureTrace, r: Record, gemm: Record | None, kernels: list[R
         operands = [p for p in (gemm.args.get(k) for k in ("A", "B", "C", "D")) if p]
         handed = _handed(ct, (p for k in kernels for p in k.pointers), r.seq)
         workspace = [a for a in handed if not any(a.holds(p) for p in operands)]
-        return declared(gemm, "w").union(whole(workspace))
+        return declared(gemm, "w", ct).union(whole(workspace))
     if r.kind == "kernel" and not r.decoded:
         return whole(_handed(ct, r.pointers, r.seq))
-    return declared(r, "w")
+    return declared(r, "w", ct)
 
 
 def observations(ct: CaptureTrace) -> tuple[list[Observed], list[str]]:

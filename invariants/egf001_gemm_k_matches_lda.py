@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.capture_model import Allocation, GemmOperand, gemm_operands
+from egf_audit.runtime.capture_allocations import Allocation
+from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.recorder import gemm_operand_boxes

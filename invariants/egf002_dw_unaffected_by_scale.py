@@ -133,7 +133,12 @@ def _dw_w_b0fc(ct: CaptureTrace) -> tuple[Spans, int] | None:
 
 
 def _step_problems(
-    records: list[Record], dw: Spans, cols: int, changed: dict[int, Spans], step: int
+    ct: CaptureTrace,
+    records: list[Record],
+    dw: Spans,
+    cols: int,
+    changed: dict[int, Spans],
+    step: int,
 ) -> tuple[list[str], list[str]]:
     """(findings, what cannot be judged): a GEMM whose operands cannot be placed may read the
     scale's output or compute part of dW; its step's coverage is then not judged either."""
@@ -145,7 +150,7 @@ def _step_problems(
         if r.within is not None:
             continue  # cuBLAS's own launch: part of its GEMM call (in `changed` under the GEMM)
         try:
-            declared_writes: Spans | None = declared(r, "w")
+            declared_writes: Spans | None = declared(r, "w", ct)
         except Unbounded as exc:
             if r.kind in GEMM_KINDS:
                 unplaced.append(f"step {step}: {r.name} #{r.seq} ({exc})")
@@ -154,7 +159,12 @@ def _step_problems(
         gemm_writes = declared_writes if r.kind in GEMM_KINDS else None
         if gemm_writes is not None and (part := gemm_writes.intersect(dw)):
             computed = computed.union(part)
-            if hit := declared(r, "r").intersect(taint):
+            try:
+                hit = declared(r, "r", ct).intersect(taint)
+            except Unbounded as exc:  # what it reads cannot be spelled out: judged as unknown
+                unplaced.append(f"step {step}: {r.name} #{r.seq} ({exc})")
+                hit = Spans()
+            if hit:
                 problems.append(
                     f"step {step}: the GEMM #{r.seq} that computes dW w_b0fc read "
                     f"{hit.bytes // 4} elements the scale wrote"
@@ -209,7 +219,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     unplaced: list[str] = []
     for step in steps:
         records = [r for r, x in zip(ct.records, ct.trace.launches, strict=True) if x.step == step]
-        step_problems, step_unplaced = _step_problems(records, dw, cols, changed, step)
+        step_problems, step_unplaced = _step_problems(ct, records, dw, cols, changed, step)
         problems += step_problems
         unplaced += step_unplaced
     writes = "declared and observed (--deep)" if ct.process.deep else "declared"

@@ -1,4 +1,6 @@
-"""`--json`: the whole run for machines: verdicts with evidence, config, environment, kernels."""
+"""`--json`: the whole run for machines: verdicts with evidence, config, environment, kernels.
+Every string in it, keys too, is visible text (reports/controls.py): a control or bidi character
+a trainer's file carried is an escape in the decoded JSON, not the character itself."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from egf_audit.reports.controls import visible
 from egf_audit.reports.model import CaptureReport, Gate
 
 if TYPE_CHECKING:
@@ -109,5 +112,16 @@ def report_dict(gate: Gate, exit_code: int) -> dict[str, Any]:
     }
 
 
+def shown(value: Any) -> Any:
+    """Every string of a JSON value, keys too, as visible text."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {shown(k): shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown(v) for v in value]
+    return value
+
+
 def render_json(gate: Gate, exit_code: int) -> str:
-    return json.dumps(report_dict(gate, exit_code), indent=2, allow_nan=False) + "\n"
+    return json.dumps(shown(report_dict(gate, exit_code)), indent=2, allow_nan=False) + "\n"

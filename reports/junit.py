@@ -14,6 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from egf_audit.invariants.registry import FAIL, UNDECIDED, WARN
+from egf_audit.reports.controls import visible
 from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.model import Gate
 
@@ -23,6 +24,12 @@ _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 def clean(text: str) -> str:
     return _INVALID_XML.sub("?", text)
+
+
+def shown(text: str) -> str:
+    """Untrusted text (a summary, a finding that may quote a trainer's name) for the XML: every
+    control, format and bidi character escaped (reports/controls.py), a line break too."""
+    return visible(text)
 
 
 def testcase_name(code: str, mode: str) -> str:
@@ -66,15 +73,16 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
             time=f"{seconds.get(r.code, 0.0) / max(modes_of[r.code], 1):.3f}",
         )
         evidence = json.dumps(jsonable(r.verdict.evidence), indent=2, sort_keys=True)
+        summary = shown(r.verdict.summary)
         body = (
-            f"{r.code} {slug} [{r.mode}]\n{message}\n\nsummary: {r.verdict.summary}\n"
+            f"{r.code} {slug} [{r.mode}]\n{message}\n\nsummary: {summary}\n"
             f"evidence: {evidence}\n\nSee `egf-audit explain {r.code}`."
         )
         if r.verdict.status == FAIL:
             failure = ET.SubElement(
                 case,
                 "failure",
-                message=clean(f"{message} ({r.verdict.summary})"),
+                message=clean(f"{message} ({summary})"),
                 type="InvariantFailed",
             )
             failure.text = clean(body)
@@ -82,15 +90,15 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
             out = ET.SubElement(case, "system-out")
             out.text = clean(f"warning: {body}")
         elif r.verdict.status == UNDECIDED:
-            ET.SubElement(case, "skipped", message=clean(r.verdict.summary))
+            ET.SubElement(case, "skipped", message=clean(summary))
     if problems:
         case = ET.SubElement(
             suite, "testcase", classname="egf_audit.capture", name=CAPTURE_CASE, time="0.000"
         )
         failure = ET.SubElement(
-            case, "failure", message=clean(problems[0]), type="CaptureIncomplete"
+            case, "failure", message=clean(shown(problems[0])), type="CaptureIncomplete"
         )
-        failure.text = clean("\n".join(problems))
+        failure.text = clean("\n".join(shown(p) for p in problems))
     if gate.checked:
         _document_case(suite, gate)
     if gate.sanitizer_failures:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from egf_audit.reports.controls import visible
+
 
 def in_github_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
@@ -22,7 +24,10 @@ def escape_property(text: str) -> str:
 
 
 def command(level: str, message: str, **properties: object) -> str:
+    """One workflow command, its message and properties visible text (reports/controls.py:
+    a control or bidi character a trainer's name carried is shown as its escape), escaped as
+    the command syntax needs."""
     props = ",".join(
-        f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None
+        f"{k}={escape_property(visible(str(v)))}" for k, v in properties.items() if v is not None
     )
-    return f"::{level}{' ' + props if props else ''}::{escape_data(message)}"
+    return f"::{level}{' ' + props if props else ''}::{escape_data(visible(message))}"

@@ -18,8 +18,10 @@ from typer.testing import CliRunner
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.build import build_recorder, find_toolkit
-from egf_audit.capture.events import parse_cublas, read_capture
-from egf_audit.capture.layout import infer_layout, layout_document, layout_in, load_layout_file
+from egf_audit.capture.cublas_log import parse_cublas
+from egf_audit.capture.events import read_capture
+from egf_audit.capture.inference import infer_layout
+from egf_audit.capture.layout import layout_document, layout_in, load_layout_file
 from egf_audit.cli.app import app
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.invariants import INVARIANTS
@@ -185,12 +187,13 @@ def test_a_process_that_is_no_trainer_is_named_so_and_judged_by_what_needs_no_sp
 
 
 def test_the_layout_file_round_trips_and_rejects_what_it_cannot_use(tmp_path):
-    text = layout_document({"d_h_s2": (4096, 6, {"d_h_s2": (0, 2, 3)})}, {"SH2": 3}, {})
+    base = 0x7F00_0000_1000
+    text = layout_document({"d_h_s2": (base, 6, {"d_h_s2": (0, 2, 3)})}, {"SH2": 3}, {})
     path = tmp_path / "layout.json"
     path.write_text(text)
     layout = load_layout_file(path)
     assert layout.buffers["d_h_s2"].tensors == {"d_h_s2": (0, 2, 3)}
-    assert layout.resolve(4096 + 4 * 5)[1] == 5
+    assert layout.resolve(base + 4 * 5)[1] == 5
     path.write_text(json.dumps({"format": "egf-audit-layout/1", "buffers": {"x": {"bytes": 4}}}))
     with pytest.raises(UsageError, match=r"buffers\.x needs integer address and bytes"):
         load_layout_file(path)
@@ -347,13 +350,16 @@ def test_a_layout_file_without_dims_takes_sh2_from_the_concat_launches(tmp_path)
 
 def test_a_layout_file_whose_buffers_partly_overlap_is_refused(tmp_path):
     buffers = {
-        "a": (4096, 16, {"a": (0, 4, 4)}),
-        "b": (4096 + 32, 16, {"b": (0, 4, 4)}),  # starts inside a, ends past it
+        "a": (0x7F0000001000, 16, {"a": (0, 4, 4)}),
+        "b": (0x7F0000001000 + 32, 16, {"b": (0, 4, 4)}),  # starts inside a, ends past it
     }
     path = tmp_path / "layout.json"
     path.write_text(layout_document(buffers, {"SH2": 3}, {}))
     with pytest.raises(UsageError, match="buffers a and b partly overlap"):
         load_layout_file(path)
-    nested = {"a": (4096, 16, {"a": (0, 4, 4)}), "b": (4096 + 32, 4, {"b": (0, 2, 2)})}
+    nested = {
+        "a": (0x7F0000001000, 16, {"a": (0, 4, 4)}),
+        "b": (0x7F0000001000 + 32, 4, {"b": (0, 2, 2)}),
+    }
     path.write_text(layout_document(nested, {"SH2": 3}, {}))
     assert set(load_layout_file(path).buffers) == {"a", "b"}

@@ -25,11 +25,26 @@ PID = int(next(CLEAN.glob("events-*.jsonl.gz")).name.split("-")[1].split(".")[0]
 EVENTS = gzip.decompress((CLEAN / f"events-{PID}.jsonl.gz").read_bytes())
 SNAPSHOTS = gzip.decompress((CLEAN / f"snapshots-{PID}.bin.gz").read_bytes())
 LAYOUT = gzip.decompress((CLEAN / "layout.json.gz").read_bytes())
+OLD_MANIFEST = {  # what capture wrote for an earlier run (one process, pid 77)
+    "command": ["old-trainer"],
+    "exit_code": 0,
+    "wall_s": 1.5,
+    "layout": "layout.json",
+    "snapshot_kernels": [],
+    "processes": [
+        {
+            "pid": 77,
+            "audited": True,
+            **dict.fromkeys(("kernels", "gemms", "memsets", "copies", "snapshots"), 0),
+            "notes": [],
+        }
+    ],
+}
 OLD = {  # an earlier capture, as --out holds it
     "events-77.jsonl": b'{"ev":"init","seq":0,"pid":77}\n',
     "snapshots-77.bin": b"\x00\x01old",
     "trace.jsonl": b'{"old": true}\n',
-    "manifest.json": b'{"exit_code": 0, "old": true}\n',
+    "manifest.json": json.dumps(OLD_MANIFEST).encode(),
     "layout.json": b'{"old layout copy": 1}',
     "trainer-audit.md": b"# old audit\n",
 }
@@ -55,6 +70,12 @@ if args.get("--layout-out"):
     layout = gzip.decompress((src / "layout.json.gz").read_bytes())
     broken = int(args.get("--malformed", "0"))  # how many "{" become "["
     pathlib.Path(args["--layout-out"]).write_bytes(layout.replace(b"{", b"[", broken))
+plant = args.get("--plant", "")  # what a careless or hostile command leaves in its folder
+if plant.startswith("link:"):
+    (dst / plant[5:]).symlink_to(args["--victim"])
+elif plant == "moved":
+    dst.rename(dst.with_name(dst.name + ".moved"))
+    dst.symlink_to(args["--victim"])
 sys.exit(int(args.get("--exit", "0")))
 """
 
@@ -344,10 +365,10 @@ def test_a_failed_rename_into_place_puts_the_earlier_capture_back(
 ):
     rename = os.rename
 
-    def failing(src, dst):
-        if "egf-capture-tmp" in str(src):
+    def failing(src, dst, **dir_fds):
+        if "egf-capture-new" in str(src):  # the complete capture, renamed into place
             raise OSError(28, "No space left on device")
-        rename(src, dst)
+        rename(src, dst, **dir_fds)
 
     monkeypatch.setattr(capture_command.os, "rename", failing)
     layout = earlier / "build" / "layout.json"
@@ -384,7 +405,7 @@ def test_a_folder_of_only_a_document_is_no_capture(tmp_path, fake_recorder):
     out = tmp_path / "docs"
     out.mkdir()
     (out / "trainer-audit.md").write_bytes(b"# mine\n")
-    with pytest.raises(UsageError, match=r"holds no manifest\.json and no events"):
+    with pytest.raises(UsageError, match=r"holds no manifest\.json \(an egf-audit capture's"):
         run_capture(trainer(tmp_path, marker=tmp_path / "ran"), out)
     assert not (tmp_path / "ran").exists()
     assert files(out) == {"trainer-audit.md": b"# mine\n"}
@@ -447,3 +468,122 @@ def test_the_trainer_runs_with_the_recorder_variables(tmp_path, fake_recorder, m
         "EGF_CAPTURE_SNAPSHOT": "polyak_ema",
         "EGF_CAPTURE_VALUES_MAX": "32",
     }
+
+
+# ---- nothing of the user's is overwritten or deleted ----
+@pytest.mark.parametrize(
+    ("held", "says"),
+    [
+        ({"manifest.json": b'{"name": "my-tool", "version": 3}'}, "no egf-audit capture's"),
+        ({"manifest.json": b'{"command": ["make"], "exit_code": 0}'}, '"processes" must be'),
+        ({**OLD, "values-2024.binary-report.xlsx": b"PK"}, "holds values-2024.binary-report.xlsx"),
+        ({**OLD, "snapshots-old.bin.bak": b"\0"}, "holds snapshots-old.bin.bak"),
+        ({**OLD, "events-78.jsonl": b"{}\n"}, "a file of process 78, which manifest.json does not"),
+        ({k: v for k, v in OLD.items() if k != "snapshots-77.bin"}, "holds no snapshots-77.bin"),
+    ],
+    ids=["another-programs", "like-ours", "xlsx", "bak", "unlisted-pid", "without-snapshots"],
+)
+def test_a_folder_that_is_no_egf_audit_capture_is_refused_and_kept(
+    tmp_path, fake_recorder, held, says
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in held.items():
+        (out / name).write_bytes(data)
+    with pytest.raises(UsageError, match=r"no egf-audit capture folder.*nothing in it is deleted"):
+        try:
+            run_capture(trainer(tmp_path, marker=tmp_path / "ran"), out)
+        except UsageError as exc:
+            assert says in str(exc), exc
+            raise
+    assert not (tmp_path / "ran").exists() and fake_recorder == []
+    assert files(out) == dict(sorted(held.items()))
+
+
+def test_a_link_in_an_earlier_capture_is_refused_and_its_target_kept(
+    tmp_path, fake_recorder, earlier
+):
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"mine")
+    (earlier / "cap" / "trace.jsonl").unlink()
+    (earlier / "cap" / "trace.jsonl").symlink_to(victim)
+    with pytest.raises(UsageError, match=r"holds trace\.jsonl, which is no regular file"):
+        run_capture(trainer(tmp_path), earlier / "cap")
+    assert victim.read_bytes() == b"mine" and (earlier / "cap" / "trace.jsonl").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["trace.jsonl", "manifest.json", "layout.json", "notes.txt"])
+def test_a_file_the_command_plants_in_its_capture_folder_refuses_the_capture(
+    tmp_path, fake_recorder, earlier, name
+):
+    """A link planted where capture writes its own files is never written through: the
+    capture is refused, the file it points at and the earlier capture stay as they were."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"mine")
+    layout = earlier / "build" / "layout.json"
+    cmd = trainer(tmp_path, layout_out=layout, plant=f"link:{name}", victim=victim)
+    with pytest.raises(
+        UsageError, match=rf"the command left {re.escape(name)} in its capture folder \(a link\)"
+    ):
+        run_capture(cmd, earlier / "cap", layout)
+    assert victim.read_bytes() == b"mine"
+    assert files(earlier / "cap") == OLD
+
+
+def test_a_capture_folder_the_command_replaced_by_a_link_is_refused(
+    tmp_path, fake_recorder, earlier
+):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "results.csv").write_bytes(b"mine")
+    with pytest.raises(UsageError, match=r"is no folder now: the command moved it or put a link"):
+        run_capture(trainer(tmp_path, plant="moved", victim=victim), earlier / "cap")
+    assert files(victim) == {"results.csv": b"mine"}
+    assert files(earlier / "cap") == OLD
+
+
+def test_a_file_put_where_capture_creates_its_own_is_never_written_over(
+    tmp_path, fake_recorder, earlier, monkeypatch
+):
+    """Another process that finds the folder the capture is completed in and puts a file where
+    trace.jsonl goes: the capture is refused, the file left as it was put."""
+    taken = capture_command.Completed.take_recorded
+
+    def racing(self, recording):
+        taken(self, recording)
+        (self.path / "trace.jsonl").write_bytes(b"someone else's")
+
+    monkeypatch.setattr(capture_command.Completed, "take_recorded", racing)
+    with pytest.raises(
+        UsageError, match=r"trace\.jsonl is already in the folder the capture is completed in"
+    ):
+        run_capture(trainer(tmp_path), earlier / "cap")
+    assert files(earlier / "cap") == OLD
+    assert sorted(files(earlier)) == ["build", "cap"]  # no folder of the capture left behind
+
+
+def test_a_completed_folder_moved_before_the_swap_replaces_nothing(
+    tmp_path, fake_recorder, earlier, monkeypatch
+):
+    complete = capture_command._complete
+
+    def moved(command, ran, recording, done, *rest):
+        outcome = complete(command, ran, recording, done, *rest)
+        done.path.rename(done.path.with_name("elsewhere"))
+        done.path.mkdir()  # a folder of the same name, not the one the capture was made in
+        return outcome
+
+    monkeypatch.setattr(capture_command, "_complete", moved)
+    with pytest.raises(UsageError, match=r"the folder the capture was completed in was moved"):
+        run_capture(trainer(tmp_path), earlier / "cap")
+    assert files(earlier / "cap") == OLD
+
+
+def test_a_capture_writes_the_format_mark_and_its_table_of_contents(tmp_path, fake_recorder):
+    out = tmp_path / "cap"
+    run_capture(trainer(tmp_path), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == "egf-audit-capture/1"
+    (entry,) = manifest["processes"]
+    assert entry["pid"] == PID and entry["kernels"] > 700 and entry["snapshots"] > 0
+    run_capture(trainer(tmp_path), out)  # an egf-audit capture: replaced

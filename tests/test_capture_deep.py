@@ -143,8 +143,8 @@ def test_a_gemm_kernel_writing_outside_c_is_the_gemm_s_finding(deep, tmp_path):
     ("edit", "says"),
     [
         (lambda e: e.update(launch=10**9), "no kernel launch, memset or copy of that seq"),
-        (lambda e: e.update(changed=[[64, 8], [60, 8]]), "not after the run before it"),
-        (lambda e: e.update(changed=[[64, 0]]), "byte count from 1"),
+        (lambda e: e.update(changed=[[2**40 + 64, 8], [2**40 + 60, 8]]), "not after the run"),
+        (lambda e: e.update(changed=[[2**40 + 64, 0]]), "byte count from 1"),
         (lambda e: e.pop("bytes"), '"bytes" is missing'),
     ],
     ids=["unknown-launch", "overlapping-runs", "empty-run", "no-bytes"],
@@ -348,7 +348,7 @@ def test_a_zero_byte_allocation_is_not_counted_among_those_compared(deep, tmp_pa
             if "launch" in e:
                 e["launch"] *= 2
         i = _first(events, ev="alloc")
-        zero = dict(events[i], seq=events[i]["seq"] + 1, dst=0x10, bytes=0)
+        zero = dict(events[i], seq=events[i]["seq"] + 1, dst=0, bytes=0)
         events.insert(i + 1, zero)
         return events
 

@@ -20,7 +20,8 @@ import pytest
 from cpu_capture import MIX64_M1, MIX64_M2, MIX64_STEP, capture_standin, mix64, sgemm_log
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
-from egf_audit.capture.events import parse_cublas, read_capture
+from egf_audit.capture.cublas_log import parse_cublas
+from egf_audit.capture.events import read_capture
 from egf_audit.capture.layout import layout_in, load_layout_file
 from egf_audit.invariants import INVARIANTS, capture_common
 from egf_audit.kernels import KERNELS_BY_NAME

@@ -401,8 +401,7 @@ def test_a_plain_snapshots_file_cut_short_is_refused(plain):
 @pytest.mark.parametrize("gzipped", [True, False], ids=["gzipped", "plain"])
 def test_a_snapshot_a_terabyte_into_the_file_is_refused_without_reading_it(tmp_path, gzipped):
     capture = Capture(tmp_path, plain=not gzipped)
-    big = {"offset": 2**40, "count": 2**30, "elements": 2**30}
-    number = capture.edit(capture.first_of("snapshot"), lambda e: e | big)
+    number = capture.edit(capture.first_of("snapshot"), lambda e: e | {"offset": 2**40})
     name = re.escape(SNAPSHOTS if gzipped else PLAIN_SNAPSHOTS)
     if gzipped:  # a fixture is decompressed into memory: never a terabyte of it
         refused(capture.folder, rf"^{name}: its events read \d+ bytes of it: .* gunzip it")

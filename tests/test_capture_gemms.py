@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capture_folders import write_manifest
 
 from egf_audit.capture.audit import audit_capture
-from egf_audit.capture.events import read_capture, source_name
+from egf_audit.capture.events import read_capture
+from egf_audit.capture.kernel_params import source_name
 from egf_audit.capture.layout import load_layout_file, place
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
-from egf_audit.runtime.capture_model import gemm_operands
+from egf_audit.runtime.gemm_operands import gemm_operands
 
 PID = 777
 HEADERS = {
@@ -77,12 +79,10 @@ class Events:
             lines.append({"ev": "exit", "seq": len(lines), "tid": 1, "pid": PID})
         text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
         (folder / f"events-{PID}.jsonl").write_text(text)
-        manifest = {"command": ["trainer"], "exit_code": 0, "layout": None}
+        (folder / f"snapshots-{PID}.bin").write_bytes(b"")
         if layout is not None:
             (folder / "layout.json").write_text(json.dumps(layout))
-            manifest["layout"] = "layout.json"
-        (folder / "manifest.json").write_text(json.dumps(manifest))
-        return folder
+        return write_manifest(folder, command=["trainer"], exit_code=0)
 
 
 def _shape(ta="T", tb="N", m=12, n=24, k=16) -> list[tuple[str, str, str]]:

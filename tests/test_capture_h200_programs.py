@@ -21,8 +21,9 @@ import pytest
 from test_capture_runtime import RECORDINGS
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
-from egf_audit.capture.events import ProcessCapture, read_capture
+from egf_audit.capture.events import read_capture
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.capture_model import ProcessCapture
 
 DATA = Path(__file__).parent / "data" / "capture"
 RUNTIME = DATA / "runtime" / "recorded"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from capture_folders import without_layout
 from typer.testing import CliRunner
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
@@ -81,12 +82,11 @@ def made(tmp_path_factory):
             other = folders.get((name, True))
             if with_layout or other is None:
                 folders[name, with_layout] = lies.make(name, where, with_layout=with_layout)
-            else:  # the same lie, its layout file left out
+            else:  # the same lie, as capture writes it without --layout
                 where.mkdir()
                 for path in other.iterdir():
-                    if path.name != "layout.json":
-                        (where / path.name).write_bytes(path.read_bytes())
-                folders[name, with_layout] = where
+                    (where / path.name).write_bytes(path.read_bytes())
+                folders[name, with_layout] = without_layout(where)
         return folders[name, with_layout]
 
     return folder

@@ -334,7 +334,7 @@ def test_github_annotations_and_step_summary(fake, workdir, monkeypatch):
     assert notices[0].startswith("::notice title=EGF011::wrapper-path-residual (a documented")
     assert "::warning" not in result.stdout
     assert errors[0].startswith("::error title=EGF005::[sentinel] target-net-untouched: ")
-    assert errors[0].endswith("(100%25 of%0Arows: fail)")
+    assert errors[0].endswith("(100%25 of\\x0arows: fail)")  # a line break shown escaped
     assert "## egf-audit: FAIL" in summary.read_text()
 
 

@@ -29,6 +29,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from capture_folders import without_layout, write_manifest
 from standin import trainer as standin
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
@@ -143,15 +144,6 @@ def _lie(edit: Callable[[Any], Any]) -> Callable[[Path, bool], Path]:
     return build
 
 
-def _without_layout(folder: Path) -> Path:
-    """The capture as `egf-audit capture` writes it without --layout."""
-    (folder / "layout.json").unlink()
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["layout"] = None
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    return folder
-
-
 @contextlib.contextmanager
 def _local_faults() -> Iterator[None]:
     with mock.patch.dict(FAULTS_BY_NAME, LOCAL_FAULTS):
@@ -173,7 +165,7 @@ def _standin(
             if schedule is not None:
                 patches.enter_context(mock.patch.object(standin, "MODE_SCHEDULE", schedule))
             capture_standin(folder, fault, **options)
-        return folder if with_layout else _without_layout(folder)
+        return folder if with_layout else without_layout(folder)
 
     return build
 
@@ -205,7 +197,7 @@ def _events_edited(
         events = [json.loads(line) for line in path.read_text().splitlines()]
         edit(folder, events)
         path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events))
-        return folder
+        return write_manifest(folder)
 
     return rebuild
 
@@ -214,7 +206,7 @@ def _fixture_edited(edit: Callable[[Path], None]) -> Callable[[Path, bool], Path
     def build(folder: Path, with_layout: bool) -> Path:
         shutil.copytree(DATA / "clean", folder)
         edit(folder)
-        return folder
+        return write_manifest(folder) if (folder / "manifest.json").exists() else folder
 
     return build
 
@@ -745,17 +737,23 @@ LAYOUT_REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "buffers-empty": (_set(("buffers",), {}), '"buffers" must name'),
     "buffers-not-an-object": (_set(("buffers",), ["obs"]), '"buffers" must name'),
     "buffer-not-an-object": (_set(("buffers", "obs"), 7), r"buffers\.obs needs"),
-    "address-negative": (_set(("buffers", "obs", "address"), -1), r"buffers\.obs needs"),
+    "address-negative": (_set(("buffers", "obs", "address"), -1), r"buffers\.obs lies at -1"),
     "bytes-a-string": (_set(("buffers", "obs", "bytes"), "8192"), r"buffers\.obs needs"),
     "tensors-not-an-object": (_set(("buffers", "obs", "tensors"), []), r"obs\.tensors must be"),
     "shape-one-number": (_shape("obs", [64]), r"obs\.shape must be"),
     "shape-negative": (_shape("obs", [-1, 32]), r"obs\.shape must be"),
     "tensor-negative-offset": (
         _set(("buffers", "obs", "tensors", "obs"), [-1, 64, 32]),
-        "does not fit",
+        r"obs must be \[offset, rows, cols\]",
     ),
-    "tensor-negative-rows": (_set(("buffers", "obs", "tensors", "obs"), [0, -1, 32]), "fit"),
-    "tensor-negative-cols": (_set(("buffers", "obs", "tensors", "obs"), [0, 64, -1]), "fit"),
+    "tensor-negative-rows": (
+        _set(("buffers", "obs", "tensors", "obs"), [0, -1, 32]),
+        r"obs must be \[offset, rows, cols\]",
+    ),
+    "tensor-negative-cols": (
+        _set(("buffers", "obs", "tensors", "obs"), [0, 64, -1]),
+        r"obs must be \[offset, rows, cols\]",
+    ),
     "tensor-one-past-the-end": (_tensor_past_end, "does not fit"),
     "dims-not-an-object": (_set(("dims",), [48]), '"dims" must be'),
     "dims-zero": (_set(("dims", "SH2"), 0), r"dims\.SH2 = 0"),
@@ -931,7 +929,7 @@ CAPTURE_CASES: dict[str, CaptureCase] = {
     ),
     # the folder and the layout file
     "stale-layout-file": CaptureCase(
-        _edited_layout(_stale_layout), undecided=frozenset({"EGF001"}), passes=False
+        _edited_layout(_stale_layout), refused="the layout file names none of process 1's"
     ),
     "without-manifest": CaptureCase(_fixture_edited(_no_manifest), incomplete=True),
     # captures written by a recorder out of step with the launches it names
@@ -1066,15 +1064,14 @@ def test_the_capture_audit_says_what_it_must(made, name: str):
         assert not audit.failed_codes(), words
 
 
-def test_a_stale_layout_file_gives_way_to_inference(made):
+def test_a_stale_layout_file_is_refused_never_replaced_by_inference(made):
     """A layout file whose addresses name none of the ABI launches' pointers (another run's)
-    is set aside: the process is judged as without one, and the audit says so."""
-    (process,) = audit_capture(made("stale-layout-file")).processes
-    (inferred,) = audit_capture(DATA / "clean", use_layout=False).processes
-    assert "names none of its pointers" in process.layout_note
-    assert [(c, v.status) for c, v in process.verdicts] == [
-        (c, v.status) for c, v in inferred.verdicts
-    ]
+    is no layout of this capture: refused in one line, where it once gave way to inference
+    (and a failing capture could pass, its failing invariants turned "cannot be decided")."""
+    with pytest.raises(UsageError, match="names none of process 1's ABI pointers") as refused:
+        audit_capture(made("stale-layout-file"))
+    assert "never replaced by inference" in str(refused.value)
+    assert audit_capture(made("stale-layout-file"), use_layout=False).processes  # inference
 
 
 # A trainer that launches the scale (with its snapshots, under a closed and an open gate) but

@@ -231,7 +231,8 @@ def test_junit_survives_characters_xml_cannot_hold(ci_audit_run, kernel_set):
     case = next(c for c in root.iter("testcase") if c.get("name") == "EGF001[sentinel]")
     assert case.get("time") == "0.250"
     assert case.get("classname") == invariants.INVARIANTS[0].check.__module__
-    assert "bad ? byte & <tag>" in case.find("failure").get("message")
+    # a NUL is shown as its escape (reports/controls.py), which XML can hold
+    assert "bad \\x00 byte & <tag>" in case.find("failure").get("message")
 
 
 def test_json_is_strict_with_nonfinite_and_numpy_evidence(ci_audit_run, kernel_set):
@@ -246,8 +247,11 @@ def test_json_is_strict_with_nonfinite_and_numpy_evidence(ci_audit_run, kernel_s
 def test_github_workflow_command_escaping():
     assert workflow.escape_data("100% done\r\nnext") == "100%25 done%0D%0Anext"
     assert workflow.escape_property("a:b,c%") == "a%3Ab%2Cc%25"
-    line = workflow.command("error", "50%\nof rows", title="EGF001: k, lda")
-    assert line == "::error title=EGF001%3A k%2C lda::50%25%0Aof rows"
+    line = workflow.command("error", "50% of rows", title="EGF001: k, lda")
+    assert line == "::error title=EGF001%3A k%2C lda::50%25 of rows"
+    # a line break or an ESC a trainer's name carried is shown escaped: one line, no control
+    line = workflow.command("error", "50%\nof \x1b[2Jrows\u202e", title="EGF001\r")
+    assert line == "::error title=EGF001\\x0d::50%25\\x0aof \\x1b[2Jrows\\u202e"
     assert workflow.command("warning", "plain") == "::warning::plain"
 
 

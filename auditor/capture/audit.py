@@ -15,18 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from egf_audit.errors import UsageError, option_error
+from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, Verdict
 from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, ProcessCapture
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, CONCAT_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
 from .convert import to_trace
-from .events import read_capture
-from .layout import infer_layout, layout_in, load_layout_file, place
-from .manifest import exit_words, read_manifest
-
-ABI_KERNELS = (CONCAT_KERNEL, SCALE_KERNEL, ACCUMULATE_KERNEL, POLYAK_KERNEL)
+from .folder import CaptureFolder, read_folder
+from .inference import infer_layout
+from .kernel_params import ABI_KERNELS
+from .layout import load_layout_file, place
+from .manifest import audited_process, exit_words
 
 
 @dataclass(frozen=True)
@@ -69,9 +68,21 @@ def abi_launches(proc: ProcessCapture) -> int:
     return sum(r.name in ABI_KERNELS for r in proc.kernels())
 
 
-def _layout_for(proc: ProcessCapture, given: CaptureLayout | None) -> tuple[CaptureLayout, str]:
+def _foreign(section: str, what: str, pointers: list[int]) -> UsageError:
+    return UsageError(
+        f"the layout file names none of {section}'s {what} (the first at {pointers[0]:#x}): it "
+        "is no layout of the process the capture audited, and a named layout file is never "
+        "replaced by inference"
+    )
+
+
+def _layout_for(
+    proc: ProcessCapture, section: str, given: CaptureLayout | None, audited: bool
+) -> tuple[CaptureLayout, str]:
     """The layout file where it names this process's ABI pointers, else inference; the dims
-    the file leaves out are taken from the concat launches."""
+    the file leaves out are taken from the concat launches. The process the layout file was
+    written for (`audited`) must be named by it: for that one, a file naming none of its ABI
+    pointers is refused, never replaced by inference."""
     inferred = infer_layout(proc)
     if given is None:
         return inferred, ""
@@ -84,13 +95,17 @@ def _layout_for(proc: ProcessCapture, given: CaptureLayout | None) -> tuple[Capt
         if isinstance(v, int) and k in ("dx_concat", "concat", "d_h_s2", "target")
     ]
     if pointers and not any(given.resolve(p) is not None for p in pointers):
+        if audited:
+            raise _foreign(section, "ABI pointers", pointers)
         return inferred, "the layout file names none of its pointers: names inferred"
     layout = CaptureLayout(dict(given.buffers), {**inferred.dims, **given.dims}, from_file=True)
     return layout, note
 
 
-def audit_process(proc: ProcessCapture, section: str, given: CaptureLayout | None) -> ProcessAudit:
-    layout, note = _layout_for(proc, given)
+def audit_process(
+    proc: ProcessCapture, section: str, given: CaptureLayout | None, audited: bool = False
+) -> ProcessAudit:
+    layout, note = _layout_for(proc, section, given, audited)
     ct = to_trace(proc, layout, scenario=section)
     verdicts = tuple((inv.code, inv.capture_verdict(ct)) for inv in INVARIANTS)
     return ProcessAudit(section, ct, verdicts, note)
@@ -101,23 +116,27 @@ def gemm_count(proc: ProcessCapture) -> int:
 
 
 def audit_other_process(
-    proc: ProcessCapture, section: str, given: CaptureLayout | None
+    proc: ProcessCapture, section: str, given: CaptureLayout | None, audited: bool = False
 ) -> ProcessAudit:
     """A process that launched no ABI kernel but ran cuBLAS GEMMs: judged by the checks that
     need no SP14 name (EGF001's operand, memset and copy spans: `Invariant.any_process`), every
     other invariant not applicable. The layout file names its buffers where it names any of its
-    GEMMs' pointers."""
+    GEMMs' pointers; for the process the file was written for (`audited`), a file naming none
+    is refused."""
     layout, note = CaptureLayout(), ""
     if given is not None:
         given, note = place(given, proc)
-    if given is not None and any(
-        given.resolve(op) is not None
+    operands = [
+        op
         for r in proc.records
         if r.kind in ("sgemm", "gemm")
         for op in (r.args.get("A"), r.args.get("B"), r.args.get("C"))
         if isinstance(op, int)
-    ):
+    ]
+    if given is not None and any(given.resolve(op) is not None for op in operands):
         layout = CaptureLayout(dict(given.buffers), dict(given.dims), from_file=True)
+    elif given is not None and audited and operands:
+        raise _foreign(section, "GEMM operands", operands)
     ct = to_trace(proc, layout, scenario=section)
     ct.sp14 = False
     verdicts = tuple((inv.code, inv.capture_verdict(ct)) for inv in INVARIANTS)
@@ -139,18 +158,38 @@ def graph_words(proc: ProcessCapture) -> str | None:
     )
 
 
+def _incomplete(proc: ProcessCapture, section: str, found: CaptureFolder) -> list[str]:
+    """What makes one process's record incomplete, audited or not: a launcher killed or cut off
+    mid-line means the run did not end as a finished one does."""
+    out = []
+    if found.manifest is not None and found.manifest.deep and not proc.deep:
+        out.append(
+            f"{section}: --deep was asked for and its recorder did not record deep (its notes "
+            "say why)"
+        )
+    if proc.cut_off:
+        out.append(
+            f"{section}: {proc.cut_off} is cut off mid-write: the process died while the "
+            "recorder wrote it"
+        )
+    elif not proc.ended:
+        out.append(
+            f"{section}: {proc.events_file or 'its events'} ends without the recorder's exit "
+            "event: the process did not end through exit() (killed, crashed, or the file was "
+            "cut off)"
+        )
+    return out
+
+
 def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
     """Read a capture folder and decide. `use_layout=False` ignores a layout file (inference).
-    A file that cannot be read whole is refused (UsageError, exit 2)."""
-    folder = Path(folder)
-    procs = read_capture(folder)
-    if not procs:
-        problem = "no recorder events in it (events-<pid>.jsonl)"
-        raise option_error(UsageError, "capture", folder, problem)
-    layout_path = layout_in(folder)
-    given = load_layout_file(layout_path) if use_layout and layout_path else None
-    audit = CaptureAudit(folder)
-    manifest = read_manifest(folder)
+    A file that cannot be read whole, or a folder that disagrees with its manifest, is refused
+    (UsageError, exit 2)."""
+    found = read_folder(Path(folder))
+    procs, manifest = found.processes, found.manifest
+    given = load_layout_file(found.layout) if use_layout and found.layout else None
+    audited_pid = found.audited_pid if manifest is not None else audited_process(procs).pid
+    audit = CaptureAudit(found.folder)
     if manifest is None:
         audit.incomplete.append("no manifest.json: the command and how it ended are unknown")
     elif manifest.exit_code != 0:
@@ -158,36 +197,22 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
             f"the captured command {exit_words(manifest.exit_code)} (manifest.json): the "
             "trainer did not finish its steps"
         )
-    for number, proc in enumerate(sorted(procs, key=lambda p: p.pid), 1):
-        section = f"process {number}"
+    for number, proc in enumerate(procs, 1):
+        section, audited = f"process {number}", proc.pid == audited_pid
         if not abi_launches(proc) and not gemm_count(proc):
             audit.not_audited.append(
                 f"{section}: {len(proc.kernels())} kernel launches and no cuBLAS GEMM, no ABI "
                 "kernel: not audited"
             )
+            audit.incomplete += _incomplete(proc, section, found)
             continue
         if abi_launches(proc):
-            audit.processes.append(audit_process(proc, section, given))
+            audit.processes.append(audit_process(proc, section, given, audited))
         else:
-            audit.processes.append(audit_other_process(proc, section, given))
+            audit.processes.append(audit_other_process(proc, section, given, audited))
         if (graphs := graph_words(proc)) is not None:
             audit.incomplete.append(f"{section}: {graphs}")
-        if manifest is not None and manifest.deep and not proc.deep:
-            audit.incomplete.append(
-                f"{section}: --deep was asked for and its recorder did not record deep (its "
-                "notes say why)"
-            )
-        if proc.cut_off:
-            audit.incomplete.append(
-                f"{section}: {proc.cut_off} is cut off mid-write: the process died while the "
-                "recorder wrote it"
-            )
-        elif not proc.ended:
-            audit.incomplete.append(
-                f"{section}: {proc.events_file or 'its events'} ends without the recorder's "
-                "exit event: the process did not end through exit() (killed, crashed, or the "
-                "file was cut off)"
-            )
+        audit.incomplete += _incomplete(proc, section, found)
     if not any(p.capture.sp14 for p in audit.processes):
         audit.missing.append(
             f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "

@@ -13,9 +13,9 @@ gets access "?" on every buffer its pointer arguments land in: it may write any 
 
 from __future__ import annotations
 
+from egf_audit.runtime.capture_allocations import Allocation
 from egf_audit.runtime.capture_model import (
     GEMM_KINDS,
-    Allocation,
     CaptureLayout,
     CaptureTrace,
     ProcessCapture,

@@ -20,8 +20,10 @@ import re
 import struct
 from typing import Any
 
-from egf_audit.runtime.capture_model import MAX_BATCHES_BOUND
+from egf_audit.runtime.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
+
+from .schema import ADDRESS_LIMIT, LOWEST_ADDRESS
 
 # cudaDataType -> bytes of one element (library_types.h); a type not here is not bound
 TYPE_BYTES = {
@@ -149,3 +151,22 @@ def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
         if batch > 1:
             out[f"stride{role}"] = lay[6] if lay[5] > 1 else 0
     return out
+
+
+def operands_problem(args: dict[str, Any]) -> str | None:
+    """Why a GEMM's operands cannot lie in the process's memory, if they cannot: the first or the
+    last batch of a strided call, or any batch of a pointer-array call, starts or ends outside
+    its address space (capture/schema.py). A null pointer names no operand; an unbound call
+    names no box."""
+    if "unbound" in args:
+        return None
+    for op in gemm_operands(args):
+        if not op.pointer:
+            continue
+        end = op.pointer + op.extent_bytes
+        if not LOWEST_ADDRESS <= op.pointer < ADDRESS_LIMIT or end > ADDRESS_LIMIT:
+            return (
+                f"operand {op.role} spans bytes {op.pointer} to {end}, outside the process's "
+                "address space (2**15 to 2**48)"
+            )
+    return None

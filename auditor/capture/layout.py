@@ -1,4 +1,5 @@
-"""Which pointer is which buffer: a layout file the trainer writes, or inference from the capture.
+"""Which pointer is which buffer: the layout file a trainer writes, its reader and its writer
+(`layout_document`); where a capture names none, capture/inference.py names what it can.
 
 The layout file (schema `egf-audit-layout/1`, docs/capture.md):
 
@@ -10,34 +11,27 @@ The layout file (schema `egf-audit-layout/1`, docs/capture.md):
         "sp14_d_dir_qaux_concat": {"address": ..., "bytes": ..., "shape": [64, 49]},
         "sn_state": {"address": ..., "bytes": ..., "tensors": {"v_b0fc": [32, 1, 49]}}}}
 
-Without one, the four ABI kernels name their pointer arguments (kernels/CONTRACT.md, section 3) and
-GEMM operand identity carries names on: the weight the forward GEMM on the concat scratch reads is
-`w_b0fc`; the GEMM that reads the scratch contracting over its rows writes `w_b0fc`'s gradient; the
-GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat`.
+The file is untrusted: it is read as `--config` is, and every value held to its domain before it
+is used: addresses and sizes inside the process's address space (capture/schema.py), tensors
+inside their buffers and apart from each other (a buffer's `"views"` name the same elements a
+second time, and may overlap), dims positive ints, `tau` a finite number in (0, 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
+import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from egf_audit.errors import UsageError
-from egf_audit.runtime.capture_model import Buffer, CaptureLayout, ProcessCapture, Record
-from egf_audit.runtime.contract import (
-    ACCUMULATE_KERNEL,
-    CONCAT_KERNEL,
-    DIR_CONCAT,
-    DIR_DX,
-    ISV,
-    POLYAK_KERNEL,
-    SCALE_KERNEL,
-    TARGET,
-)
+from egf_audit.runtime.capture_model import Buffer, CaptureLayout, ProcessCapture
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.recorder import contraction
+from egf_audit.small_files import read_small_bytes
+
+from .files import gunzip_small, parse_json
+from .schema import ADDRESS_LIMIT, LIMIT, LOWEST_ADDRESS
 
 FORMAT = "egf-audit-layout/1"
 LAYOUT_FILE = "layout.json"
@@ -52,112 +46,174 @@ def layout_in(folder: Path) -> Path | None:
 
 
 # ---- the layout file ----
-def _triple(value: Any, where: str) -> tuple[int, int, int]:
-    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) for v in value)):
-        raise UsageError(f"layout file: {where} must be [offset, rows, cols] integers")
+MAX_LAYOUT_BYTES = 16 << 20  # a layout file names buffers and tensors: kilobytes
+MAX_NAME = 256  # characters of a buffer's or a tensor's name
+MAX_DIM = 2**31 - 1  # every dim is an ABI kernel's int argument, or a count of them
+MAX_DIM_LIST = 64  # A and E hold one entry per branch
+
+
+def _refuse(path: Path, problem: str) -> NoReturn:
+    raise UsageError(f"layout file {path}: {problem}")
+
+
+def _count(value: Any, high: int = LIMIT) -> bool:
+    return type(value) is int and 0 <= value <= high
+
+
+def _name(name: str, where: str, path: Path) -> str:
+    if not 0 < len(name) <= MAX_NAME:
+        _refuse(path, f"{where} has a name of {len(name)} characters (1 to {MAX_NAME})")
+    return name
+
+
+def _triple(value: Any, where: str, path: Path) -> tuple[int, int, int]:
+    if not (type(value) is list and len(value) == 3 and all(_count(v) for v in value)):
+        _refuse(path, f"{where} must be [offset, rows, cols], integers from 0 to 2**40")
     return value[0], value[1], value[2]
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _table(raw: Any, where: str, path: Path) -> dict[str, tuple[int, int, int]]:
+    if type(raw) is not dict:
+        _refuse(path, f"{where} must be an object")
+    return {
+        _name(k, f"{where}.{k}", path): _triple(v, f"{where}.{k}", path) for k, v in raw.items()
+    }
 
 
 def _dims(raw: Any, path: Path) -> dict[str, Any]:
-    """The trainer's dims: positive integers (lists of them for A and E), and `tau` (Polyak's
-    blend, a float in (0, 1)) where the trainer states it."""
-    if not isinstance(raw, dict):
-        raise UsageError(f'layout file {path}: "dims" must be an object')
+    """The trainer's dims: positive integers below 2**31 (lists of them for A and E), and `tau`
+    (Polyak's blend, a finite number in (0, 1)) where the trainer states it."""
+    if type(raw) is not dict:
+        _refuse(path, '"dims" must be an object')
     for key, value in raw.items():
         if key == "tau":
-            ok = isinstance(value, float | int) and not isinstance(value, bool)
-            ok = ok and 0.0 < float(value) < 1.0
-        elif isinstance(value, list):
-            ok = all(_count(v) and v > 0 for v in value)
+            ok = type(value) in (int, float) and 0.0 < value < 1.0
+        elif type(value) is list:
+            ok = len(value) <= MAX_DIM_LIST and all(_count(v, MAX_DIM) and v > 0 for v in value)
         else:
-            ok = _count(value) and value > 0
+            ok = _count(value, MAX_DIM) and value > 0
         if not ok:
-            raise UsageError(f"layout file {path}: dims.{key} = {value!r} is not a valid size")
+            _refuse(path, f"dims.{_name(key, 'dims', path)} = {value!r:.80} is not a valid size")
     return dict(raw)
 
 
-def load_layout_file(path: Path) -> CaptureLayout:
-    """Read and check a layout file; every problem is one UsageError line naming the key."""
-    path = Path(path)
+def _read(data: bytes, path: Path) -> Any:
+    """The layout file's JSON: a gzipped one expanded to at most MAX_LAYOUT_BYTES, parsed with
+    its nesting and numbers bounded (capture/files.py)."""
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        doc = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        if path.suffix == ".gz":
+            data = gunzip_small(data, MAX_LAYOUT_BYTES)
+        return parse_json(data)
+    except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read layout file {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"layout file {path} is not JSON: {exc.msg} (line {exc.lineno})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UsageError(f'layout file {path}: "format" must be "{FORMAT}"')
-    raw_offsets = doc.get("param_offsets", {})
-    if not isinstance(raw_offsets, dict):
-        raise UsageError(f'layout file {path}: "param_offsets" must be an object')
-    offsets = {k: _triple(v, f"param_offsets.{k}") for k, v in raw_offsets.items()}
+    except ValueError as exc:
+        raise UsageError(f"layout file {path} is not JSON: {exc}") from None
+
+
+def load_layout_file(path: Path) -> CaptureLayout:
+    """Read and check a layout file, read as `--config` is (a regular file of at most
+    MAX_LAYOUT_BYTES, opened without blocking); every problem is one UsageError line naming
+    the key."""
+    path = Path(path)
+    return parse_layout(read_small_bytes(path, "layout file", limit=MAX_LAYOUT_BYTES), path)
+
+
+def parse_layout(data: bytes, path: Path) -> CaptureLayout:
+    """A layout file's bytes, checked (`path` names it in messages)."""
+    doc = _read(data, path)
+    if type(doc) is not dict or doc.get("format") != FORMAT:
+        _refuse(path, f'"format" must be "{FORMAT}"')
+    if type(doc.get("param_offsets", {})) is not dict:
+        _refuse(path, '"param_offsets" must be an object')
+    offsets = _table(doc.get("param_offsets", {}), "param_offsets", path)
+    _refuse_overlapping_tensors(offsets, "param_offsets", path)  # the tensors of `params`
     layout = CaptureLayout(dims=_dims(doc.get("dims", {}), path), from_file=True)
     buffers = doc.get("buffers")
-    if not isinstance(buffers, dict) or not buffers:
-        raise UsageError(f'layout file {path}: "buffers" must name at least one buffer')
+    if type(buffers) is not dict or not buffers:
+        _refuse(path, '"buffers" must name at least one buffer')
     for name, spec in buffers.items():
-        allocation = _allocation(spec, name, path)
-        if allocation is not None:
-            spec = {"address": 0, "bytes": allocation[0], **spec}
-        if not isinstance(spec, dict) or not all(_count(spec.get(k)) for k in ("address", "bytes")):
-            raise UsageError(f"layout file {path}: buffers.{name} needs integer address and bytes")
-        size = spec["bytes"] // ELEMENT_BYTES
-        shaped = True
-        if spec.get("params"):
-            tensors = dict(offsets)
-        elif "tensors" in spec:
-            if not isinstance(spec["tensors"], dict):
-                raise UsageError(f"layout file {path}: buffers.{name}.tensors must be an object")
-            tensors = {
-                k: _triple(v, f"buffers.{name}.tensors.{k}") for k, v in spec["tensors"].items()
-            }
-        elif "shape" in spec:
-            shape = spec["shape"]
-            if not (isinstance(shape, list) and len(shape) == 2 and all(_count(v) for v in shape)):
-                raise UsageError(f"layout file {path}: buffers.{name}.shape must be [rows, cols]")
-            tensors = {name: (0, shape[0], shape[1])}
-        else:
-            # address and bytes only: one flat allocation, judged by its span, never as a
-            # row of `size` columns
-            tensors, shaped = {name: (0, 1, size)}, False
-        for tensor, (offset, rows, cols) in tensors.items():
-            if offset < 0 or rows < 0 or cols < 0 or offset + rows * cols > size:
-                raise UsageError(
-                    f"layout file {path}: tensor {tensor} of buffers.{name} does not fit its "
-                    f"{size} elements"
-                )
-        source = "layout file" if allocation is None else "layout file, by its allocation"
-        layout.add(
-            Buffer(name, spec["address"], size, tensors, source, shaped, allocation=allocation)
-        )
+        layout.add(_buffer(_name(name, f"buffers.{name}", path), spec, offsets, path))
     if not any(b.allocation for b in layout.buffers.values()):
         _refuse_partial_overlaps(layout, path)
     return layout
+
+
+def _buffer(name: str, spec: Any, offsets: dict, path: Path) -> Buffer:
+    """One buffer of the file: where it lies, how big it is, its tensors (and views)."""
+    where = f"buffers.{name}"
+    allocation = _allocation(spec, name, path)
+    if allocation is not None:
+        spec = {"address": 0, "bytes": allocation[0], **spec}
+    if (
+        type(spec) is not dict
+        or type(spec.get("address")) is not int
+        or not _count(spec.get("bytes"))
+    ):
+        _refuse(path, f"{where} needs integer address and bytes (bytes at most 2**40)")
+    address, nbytes = spec["address"], spec["bytes"]
+    if allocation is None and not LOWEST_ADDRESS <= address < ADDRESS_LIMIT - nbytes:
+        _refuse(
+            path,
+            f"{where} lies at {address} with {nbytes} bytes: outside the process's address "
+            "space (from 2**15 to 2**48)",
+        )
+    size = nbytes // ELEMENT_BYTES
+    shaped = True
+    if spec.get("params"):
+        tensors = dict(offsets)
+    elif "tensors" in spec:
+        tensors = _table(spec["tensors"], f"{where}.tensors", path)
+    elif "shape" in spec:
+        shape = spec["shape"]
+        if not (type(shape) is list and len(shape) == 2 and all(_count(v) for v in shape)):
+            _refuse(path, f"{where}.shape must be [rows, cols]")
+        tensors = {name: (0, shape[0], shape[1])}
+    else:
+        # address and bytes only: one flat allocation, judged by its span, never as a row of
+        # `size` columns
+        tensors, shaped = {name: (0, 1, size)}, False
+    views = _table(spec.get("views", {}), f"{where}.views", path)
+    for tensor, (offset, rows, cols) in (tensors | views).items():
+        if offset + rows * cols > size:
+            _refuse(path, f"tensor {tensor} of {where} does not fit its {size} elements")
+    _refuse_overlapping_tensors(tensors, where, path)
+    if both := sorted(set(views) & set(tensors)):
+        _refuse(path, f"{where} names {both[0]} both as a tensor and as a view")
+    source = "layout file" if allocation is None else "layout file, by its allocation"
+    return Buffer(name, address, size, tensors | views, source, shaped, allocation=allocation)
+
+
+def _refuse_overlapping_tensors(tensors: dict, where: str, path: Path) -> None:
+    """A buffer's tensors lie apart: a pointer into two of them would be judged against
+    whichever is asked first. A second name for the same memory is a view (`"views"`)."""
+    spans = sorted((o, o + r * c, t) for t, (o, r, c) in tensors.items() if r * c)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
+            _refuse(
+                path,
+                f"tensors {first} and {second} of {where} overlap (a second name for the same "
+                'elements is declared under "views")',
+            )
 
 
 def _allocation(spec: Any, name: str, path: Path) -> tuple[int, int] | None:
     """A buffer named by its allocation, `"allocation": {"bytes": N, "index": K}`: the K-th
     (from 0) allocation of exactly N bytes the process made, for a trainer that cannot write
     its addresses (its allocations' sizes and order are its code's)."""
-    if not isinstance(spec, dict) or "allocation" not in spec:
+    if type(spec) is not dict or "allocation" not in spec:
         return None
     raw = spec["allocation"]
     if "address" in spec:
-        raise UsageError(
-            f"layout file {path}: buffers.{name} has both an address and an allocation"
+        _refuse(path, f"buffers.{name} has both an address and an allocation")
+    if not (type(raw) is dict and _count(raw.get("bytes")) and _count(raw.get("index"), MAX_DIM)):
+        _refuse(
+            path,
+            f'buffers.{name}.allocation must be {{"bytes": N, "index": K}} with integers N, K >= 0',
         )
-    if not (isinstance(raw, dict) and _count(raw.get("bytes")) and _count(raw.get("index"))):
-        raise UsageError(
-            f"layout file {path}: buffers.{name}.allocation must be "
-            '{"bytes": N, "index": K} with integers N, K >= 0'
-        )
-    if "bytes" in spec and spec["bytes"] > raw["bytes"]:
-        raise UsageError(f"layout file {path}: buffers.{name} is larger than its allocation")
+    if "bytes" in spec and (not _count(spec["bytes"]) or spec["bytes"] > raw["bytes"]):
+        _refuse(path, f"buffers.{name} is larger than its allocation")
     return raw["bytes"], raw["index"]
 
 
@@ -221,125 +277,3 @@ def layout_document(buffers: dict[str, tuple[int, int, dict]], dims: dict, offse
         },
     }
     return json.dumps(doc, sort_keys=True) + "\n"
-
-
-# ---- inference ----
-def _single(name: str, base: int, rows: int, cols: int, source: str) -> Buffer:
-    return Buffer(name, base, rows * cols, {name: (0, rows, cols)}, source)
-
-
-def _reads_scratch(r: Record, scratch: int) -> str | None:
-    """How a GEMM reads the concat scratch ("columns" or "rows"), or None."""
-    a = r.args
-    role = next((role for role in ("A", "B") if a.get(role) == scratch), None)
-    return None if role is None else contraction(role, a["transa"], a["transb"])
-
-
-def infer_layout(proc: ProcessCapture) -> CaptureLayout:
-    """Name what the capture itself proves (module docstring); the rest stays unresolved."""
-    layout = CaptureLayout()
-    concat = proc.kernels(CONCAT_KERNEL)
-    decoded = [r for r in concat if "concat" in r.args]
-    if decoded:
-        first = decoded[0].args
-        B, S2, auxk = first["rows"], first["sh2"], first["auxk"]
-        layout.dims.update(B=B, SH2=S2, AUXK=auxk)
-        how = f"{CONCAT_KERNEL}(concat)"
-        layout.add(_single(DIR_CONCAT, first["concat"], B, S2 + 1, how))
-        layout.add(_single("save_h_s2", first["h_s2"], B, S2, f"first {CONCAT_KERNEL}(h_s2)"))
-        layout.add(
-            _single("aux_nb_softmax_buf", first["aux_softmax"], B, auxk, f"first {CONCAT_KERNEL}")
-        )
-        for r in decoded[1:]:
-            if r.args["h_s2"] != first["h_s2"]:
-                layout.add(
-                    _single("tgt_h_s2", r.args["h_s2"], B, S2, f"second {CONCAT_KERNEL}(h_s2)")
-                )
-                break
-    for r in proc.kernels(ACCUMULATE_KERNEL):
-        a = r.args
-        if "d_h_s2" in a:
-            layout.add(
-                _single("d_h_s2", a["d_h_s2"], a["rows"], a["sh2"], f"{ACCUMULATE_KERNEL}(d_h_s2)")
-            )
-    for r in proc.kernels(POLYAK_KERNEL):
-        a = r.args
-        if "target" in a:
-            n = a["n"]
-            layout.add(
-                Buffer(
-                    TARGET, a["target"], n, {TARGET: (0, 1, n)}, f"{POLYAK_KERNEL}(target)", False
-                )
-            )
-            layout.add(
-                Buffer(
-                    "params",
-                    a["online"],
-                    n,
-                    {"params": (0, 1, n)},
-                    f"{POLYAK_KERNEL}(online)",
-                    False,
-                )
-            )
-    for r in proc.kernels(SCALE_KERNEL):
-        a = r.args
-        if "isv" in a:
-            n = a["isv_index"] + 1
-            layout.add(
-                Buffer(
-                    ISV,
-                    a["isv"],
-                    n,
-                    {ISV: (0, 1, n)},
-                    f"{SCALE_KERNEL}(isv), up to isv_index",
-                    shaped=False,
-                    bounded=False,
-                )
-            )
-    if decoded:
-        _infer_from_gemms(proc, layout)
-    # the scale's own target, when no GEMM named the dX buffer (the scale then names it)
-    for r in proc.kernels(SCALE_KERNEL):
-        a = r.args
-        if "dx_concat" in a and layout.resolve(a["dx_concat"]) is None:
-            layout.add(
-                _single(DIR_DX, a["dx_concat"], a["rows"], a["ld"], f"{SCALE_KERNEL}(dx_concat)")
-            )
-    return layout
-
-
-def _infer_from_gemms(proc: ProcessCapture, layout: CaptureLayout) -> None:
-    scratch = layout.buffers[DIR_CONCAT]
-    B, width = layout.dims["B"], layout.dims["SH2"] + 1
-    gemms = [r for r in proc.records if r.kind in ("sgemm", "gemm") and "unbound" not in r.args]
-    w_b0fc = None
-    for r in gemms:
-        if _reads_scratch(r, scratch.base) == "columns":
-            w_b0fc, adv = r.args["A"], r.args["m"]  # y = x . W^T: W is cuBLAS's A
-            layout.dims["ADV"] = adv
-            how = "A operand of the forward GEMM on the concat scratch"
-            _add_param(layout, "w_b0fc", w_b0fc, adv, width, how)
-            break
-    for r in gemms:
-        if _reads_scratch(r, scratch.base) == "rows" and w_b0fc is not None:
-            how = "C operand of the GEMM contracting the concat scratch over its rows"
-            layout.add(_single("goff_w_b0fc", r.args["C"], layout.dims["ADV"], width, how))
-            break
-    for r in gemms:
-        dx = r.args.get("A") == w_b0fc and r.args["n"] == B and r.args["transa"] == "N"
-        if w_b0fc is not None and dx and layout.resolve(r.args["C"]) is None:
-            how = "C operand of the GEMM reading w_b0fc into a batch-row box (dX)"
-            layout.add(_single(DIR_DX, r.args["C"], B, width, how))
-            break
-
-
-def _add_param(layout: CaptureLayout, name: str, ptr: int, rows: int, cols: int, how: str) -> None:
-    """A parameter tensor: inside `params` (as its tensor) when the Polyak launch named the
-    flat buffer, else a buffer of its own."""
-    params = layout.buffers.get("params")
-    if params is not None and params.contains(ptr):
-        offset = (ptr - params.base) // ELEMENT_BYTES
-        params.tensors = {name: (offset, rows, cols), **params.tensors}
-        params.source += f"; {name} at element {offset}: {how}"
-    else:
-        layout.add(_single(name, ptr, rows, cols, how))

@@ -151,3 +151,14 @@ def write_atomic(path: str | Path, text: str) -> None:
     with OutputBatch() as batch:
         batch.add(path, text)
         batch.commit()
+
+
+def write_exclusive(folder_fd: int, name: str, data: bytes) -> None:
+    """Create `name` in the folder open as `folder_fd` and write `data`: never through a link
+    and never over a file already there (O_CREAT | O_EXCL | O_NOFOLLOW), so a file someone
+    else put there, whatever it points at, is never written. Raises FileExistsError for a name
+    already taken, OSError for what the system refuses."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o666, dir_fd=folder_fd)  # the umask applies, as for open()
+    with open(fd, "wb") as f:
+        f.write(data)

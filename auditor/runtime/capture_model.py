@@ -15,76 +15,17 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.capture_allocations import Allocation, AllocationIndex
 from egf_audit.runtime.config_view import HyperView
-from egf_audit.runtime.gemm_rules import GemmShape
+from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.hyper import Hyper
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import Binding, BufferLayout, Region, Trace
-
-# ---- a GEMM call's operands, whatever entry point made it ----
-# Every GEMM record (cublasSgemm_v2, cublasGemmEx, the batched and strided-batched calls,
-# cublasLtMatmul) carries the SGEMM's eight shape arguments (transa, transb, m, n, k, lda, ldb,
-# ldc), its pointers A, B, C, and where they differ from one fp32 matrix each: `batch` (count),
-# `strideA`/`strideB`/`strideC` (elements between batches), `A_ptrs`/`B_ptrs`/`C_ptrs` (a
-# pointer-array call's pointers), `bytesA`/`bytesB`/`bytesC` (element size), `D` and `ldd`
-# (cuBLASLt's output, when it is not C), and `unbound` (why its operands cannot be named).
-MAX_BATCHES_BOUND = 4096  # a pointer-array call binds each batch; the recorder reads this many
-
 
 # How a recorder hashed its snapshot regions (its init event's "hash"; absent: fnv1a, the
 # byte-by-byte FNV-1a of recorders before mix64). invariants/capture_common.py computes both.
 HASH_FNV1A, HASH_MIX64 = "fnv1a", "mix64"
 HASH_KINDS = (HASH_FNV1A, HASH_MIX64)
-
-
-@dataclass(frozen=True)
-class GemmOperand:
-    """One operand of one batch of a GEMM call: where it starts, its element size, and its
-    row-major box (rows, width, row stride) in elements of that size."""
-
-    role: str  # "A", "B", "C", "D"; "A[3]" for batch 3 of a batched call
-    pointer: int
-    access: str  # "r", "w", "rw"
-    element_bytes: int
-    box: tuple[int, int, int]
-
-    @property
-    def extent_bytes(self) -> int:
-        """Bytes from the pointer to one past the last element the box touches."""
-        rows, width, ld = self.box
-        return 0 if rows <= 0 or width <= 0 else ((rows - 1) * ld + width) * self.element_bytes
-
-
-def gemm_operands(args: dict[str, Any]) -> list[GemmOperand]:
-    """Every operand of every batch the call's operands are judged at: all batches of a
-    pointer-array call; the first and the last of a strided one (the batches between lie
-    between them, with the same box); none when the call is `unbound`."""
-    if "unbound" in args:
-        return []
-    boxes = gemm_operand_boxes(GemmShape.of(args))
-    beta = args.get("beta")
-    has_d = "D" in args and args["D"] != args["C"]
-    access = {"A": "r", "B": "r", "C": "r" if has_d else ("w" if beta == 0.0 else "rw")}
-    if has_d:
-        boxes["D"] = (*boxes["C"][:2], args["ldd"])
-        access["D"] = "w"
-    batch = int(args.get("batch", 1))
-    out = []
-    for role, box in boxes.items():
-        size = int(args.get(f"bytes{role}", ELEMENT_BYTES))
-        pointers = args.get(f"{role}_ptrs")
-        if pointers is None:
-            stride = int(args.get(f"stride{role}", 0)) * size
-            first_last = (0, batch - 1) if batch > 1 else (0,)
-            pointers = [args[role] + i * stride for i in first_last]
-            batches = list(first_last)
-        else:
-            batches = list(range(len(pointers)))
-        for i, pointer in zip(batches, pointers, strict=True):
-            name = role if i == 0 else f"{role}[{i}]"
-            out.append(GemmOperand(name, pointer, access[role], size, box))
-    return out
 
 
 @dataclass(frozen=True)
@@ -213,6 +154,10 @@ class Buffer:
         return self.base <= ptr < self.base + self.size * ELEMENT_BYTES
 
 
+def _end(b: Buffer) -> int:
+    return b.base + b.size * ELEMENT_BYTES
+
+
 class NamedBuffer(TypedDict):
     """How one buffer of a capture was named: a row of the capture document's buffer table."""
 
@@ -228,24 +173,40 @@ class CaptureLayout:
     from_file: bool = False
     _by_base: list[Buffer] | None = field(default=None, repr=False)
     _bases: list[int] = field(default_factory=list, repr=False)
+    # by position in _by_base: the buffer below it still open where it starts (-1: none)
+    _parent: list[int] = field(default_factory=list, repr=False)
 
     def add(self, buffer: Buffer) -> None:
         self.buffers.setdefault(buffer.name, buffer)
         self._by_base = None
 
+    def _index(self) -> list[Buffer]:
+        if self._by_base is None:
+            by_base = sorted(self.buffers.values(), key=lambda b: (b.base, -b.size))
+            self._bases = [b.base for b in by_base]
+            self._parent = []
+            open_: list[int] = []  # the buffers not ended where the next one starts, in order
+            for i, b in enumerate(by_base):
+                while open_ and _end(by_base[open_[-1]]) <= b.base:
+                    open_.pop()
+                self._parent.append(open_[-1] if open_ else -1)
+                open_.append(i)
+            self._by_base = by_base
+        return self._by_base
+
     def resolve(self, ptr: int) -> tuple[Buffer, int] | None:
         """The innermost named buffer holding `ptr`, and the element offset into it. Buffers
         nest (a tensor's own name inside a flat buffer) but never partly overlap, so the
-        holder with the highest base at or below `ptr` is the innermost."""
-        if self._by_base is None:
-            self._by_base = sorted(self.buffers.values(), key=lambda b: (b.base, -b.size))
-            self._bases = [b.base for b in self._by_base]
+        holder with the highest base at or below `ptr` is the innermost. Only a buffer still
+        open where the last one at or below `ptr` starts can hold it (one that ended before
+        ends below `ptr`), and those are that buffer's chain of parents: O(log n + depth)."""
+        by_base = self._index()
         i = bisect.bisect_right(self._bases, ptr) - 1
-        while i >= 0 and not self._by_base[i].contains(ptr):
-            i -= 1
+        while i >= 0 and not by_base[i].contains(ptr):
+            i = self._parent[i]
         if i < 0:
             return None
-        inner = self._by_base[i]
+        inner = by_base[i]
         byte_offset = ptr - inner.base
         if byte_offset % ELEMENT_BYTES:
             return None
@@ -253,18 +214,18 @@ class CaptureLayout:
 
     def outermost(self) -> CaptureLayout:
         """The same layout without the buffers that lie inside another (a view the file names
-        inside `params`, say): every pointer resolves to the allocation-level buffer."""
-        kept = {
-            name: b
-            for name, b in self.buffers.items()
-            if not any(
-                o is not b
-                and o.base <= b.base
-                and b.base + b.size * ELEMENT_BYTES <= o.base + o.size * ELEMENT_BYTES
-                and (o.size > b.size or o.base < b.base)
-                for o in self.buffers.values()
-            )
-        }
+        inside `params`, say): every pointer resolves to the allocation-level buffer. One
+        sweep in address order: a buffer lies inside another when one before it (a lower
+        base, or the same base and more elements) ends at or after its end."""
+        inside: set[int] = set()
+        reach, group, group_reach = -1, None, -1  # the furthest end before this group
+        for b in sorted(self.buffers.values(), key=lambda b: (b.base, -b.size)):
+            if (b.base, b.size) != group:  # a group: buffers of one span, none inside another
+                group, group_reach = (b.base, b.size), reach
+            if group_reach >= _end(b):
+                inside.add(id(b))
+            reach = max(reach, _end(b))
+        kept = {name: b for name, b in self.buffers.items() if id(b) not in inside}
         return CaptureLayout(kept, self.dims, self.from_file)
 
     def base_of(self, name: str) -> int | None:
@@ -310,23 +271,6 @@ class Site:
     end: int
 
 
-class Allocation(NamedTuple):
-    """Device memory the process was given (alloc records: every driver and runtime allocation
-    entry point the recorder hooks) and, where it gave it back, when (free records). `made` and
-    `freed` are event seqs, so a launch can be judged against what was allocated as it ran."""
-
-    address: int
-    bytes: int
-    made: int
-    freed: int | None = None
-
-    def live_at(self, seq: int) -> bool:
-        return self.made < seq and (self.freed is None or seq < self.freed)
-
-    def holds(self, pointer: int) -> bool:
-        return self.address <= pointer < self.address + self.bytes
-
-
 @dataclass
 class CaptureTrace:
     """One audited process: its launches as a `Trace` (the same launches, bindings and labels
@@ -340,6 +284,7 @@ class CaptureTrace:
     allocations: list[Allocation] = field(default_factory=list)  # in the order made
     # the allocations that ever held a pointer, in the order made, by pointer (holding())
     _holding: dict[int, list[Allocation]] = field(default_factory=dict, repr=False)
+    _index: AllocationIndex | None = field(default=None, repr=False)
     _inside: dict[int, list[Record]] | None = field(default=None, repr=False)
     # the process launched an SP14 ABI kernel; a process that did not is judged only by the
     # checks that need no SP14 name (`Invariant.any_process`), the others are not applicable
@@ -357,12 +302,21 @@ class CaptureTrace:
         return self._inside
 
     def holding(self, pointer: int) -> list[Allocation]:
-        """Every allocation that ever held `pointer`, in the order made (memoised: a trainer
-        passes the same pointers step after step)."""
+        """Every allocation that ever held `pointer`, in the order made: O(log n) through the
+        index, and memoised (a trainer passes the same pointers step after step)."""
         found = self._holding.get(pointer)
         if found is None:
-            found = self._holding[pointer] = [a for a in self.allocations if a.holds(pointer)]
+            if self._index is None:
+                self._index = AllocationIndex(self.allocations)
+            made = self._index.holding(pointer)
+            found = self._holding[pointer] = [self.allocations[i] for i in made]
         return found
+
+    def live_holder(self, pointer: int, seq: int) -> Allocation | None:
+        """The allocation holding `pointer` as the call of seq `seq` ran, if one did (live
+        allocations never overlap: the reader refuses a capture in which they would)."""
+        live = [a for a in self.holding(pointer) if a.live_at(seq)]
+        return live[-1] if live else None
 
     def dim(self, name: str) -> int | None:
         value = self.layout.dims.get(name)

@@ -4,18 +4,33 @@ declared region (the kernel table's box on a pointer argument, a GEMM's operand 
 or a copy's destination) becomes the byte ranges it covers, and a deep capture's observed changes
 (`Effect.changed`) are compared with them. The invariants' capture checks (EGF013's containment,
 EGF002's data flow) read these; nothing here judges.
+
+Bounded work: a box's rows are spelled out only inside the allocation its pointer lay in as the
+call ran (nothing outside it can have been changed by the call and seen: the deep recorder
+compares allocations; EGF001 judges the box's whole extent by arithmetic), never more than
+MAX_BOX_ROWS of them, so no set is larger than the memory it describes: a launch handed rows =
+2**31 - 1 against a 12 KiB buffer costs the rows of 12 KiB. A box whose pointer no recorded
+allocation holds is spelled out whole, up to the same bound; past it, Unbounded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import GEMM_KINDS, Allocation, Record, gemm_operands
+from egf_audit.runtime.capture_allocations import Allocation
+from egf_audit.runtime.capture_model import GEMM_KINDS, Record
+from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import CaptureTrace
+
 MAX_BATCHES = 1 << 16  # batches of one strided GEMM spelled out; more is refused (Unbounded)
+MAX_BOX_ROWS = 1 << 20  # separate rows of one box spelled out; more is refused (Unbounded)
+Window = tuple[int, int] | None  # the bytes [start, end) a box is spelled out in, or all of it
 
 
 class Unbounded(Exception):
@@ -76,25 +91,47 @@ class Spans:
 
 
 def box_ranges(
-    pointer: int, box: tuple[int, int, int, int], element_bytes: int = ELEMENT_BYTES
+    pointer: int,
+    box: tuple[int, int, int, int],
+    element_bytes: int = ELEMENT_BYTES,
+    window: Window = None,
 ) -> list[tuple[int, int]]:
     """The bytes of a (relative offset, rows, width, row stride) box, in elements, at
-    `pointer`: one range per row, or one for the whole box where its rows are contiguous."""
+    `pointer`, inside `window` where one is given: one range per row, or one for the whole box
+    where its rows touch or overlap. Raises Unbounded past MAX_BOX_ROWS rows."""
     rel, rows, width, ld = box
     if rows <= 0 or width <= 0:
         return []
     start = pointer + rel * element_bytes
-    if rows == 1 or ld == width:
-        return [(start, start + ((rows - 1) * ld + width) * element_bytes)]
     step, length = ld * element_bytes, width * element_bytes
-    return [(start + r * step, start + r * step + length) for r in range(rows)]
+    if step < 0:  # rows walked downwards: the same rows, from the last one up
+        start, step = start + (rows - 1) * step, -step
+    low, high = window if window is not None else (start, start + (rows - 1) * step + length)
+    if rows == 1 or step <= length:  # contiguous: one range
+        lo, hi = max(start, low), min(start + (rows - 1) * step + length, high)
+        return [(lo, hi)] if lo < hi else []
+    first = max(0, -(-(low - start - length + 1) // step))  # the first row ending past `low`
+    last = min(rows - 1, (high - 1 - start) // step)  # the last row starting before `high`
+    if last - first + 1 > MAX_BOX_ROWS:
+        raise Unbounded(f"a box of {last - first + 1} separate rows (more than {MAX_BOX_ROWS})")
+    return [
+        (max(s, low), min(s + length, high))
+        for s in (start + r * step for r in range(first, last + 1))
+    ]
 
 
-def _gemm_spans(args: dict[str, object], wants: str) -> Spans:
+def _window(ct: CaptureTrace | None, pointer: int, seq: int) -> Window:
+    """The allocation `pointer` lay in as the call of seq `seq` ran, where one is recorded."""
+    held = None if ct is None else ct.live_holder(pointer, seq)
+    return None if held is None else (held.address, held.address + held.bytes)
+
+
+def _gemm_spans(r: Record, wants: str, ct: CaptureTrace | None) -> Spans:
     """Every batch's operand boxes of a GEMM record whose access includes `wants` ("r", "w")."""
+    args = r.args
     if "unbound" in args:
         raise Unbounded(f"its operands are not bound ({args['unbound']})")
-    batch = int(args.get("batch", 1))  # type: ignore[call-overload]
+    batch = int(args.get("batch", 1))
     if batch > MAX_BATCHES:
         raise Unbounded(f"{batch} batches (more than {MAX_BATCHES})")
     ranges: list[tuple[int, int]] = []
@@ -107,27 +144,29 @@ def _gemm_spans(args: dict[str, object], wants: str) -> Spans:
         elif "[" in op.role:
             continue  # a strided call's last batch: spelled out with its first below
         else:
-            stride = int(args.get(f"stride{role}", 0)) * op.element_bytes  # type: ignore[call-overload]
+            stride = int(args.get(f"stride{role}", 0)) * op.element_bytes
             pointers = [op.pointer + i * stride for i in range(batch)]
         for pointer in pointers:
-            ranges += box_ranges(pointer, (0, *op.box), op.element_bytes)
+            window = _window(ct, pointer, r.seq)
+            ranges += box_ranges(pointer, (0, *op.box), op.element_bytes, window)
     return Spans.of(ranges)
 
 
-def gemm_writes(r: Record) -> Spans:
-    return _gemm_spans(r.args, "w")
+def gemm_writes(r: Record, ct: CaptureTrace | None = None) -> Spans:
+    return _gemm_spans(r, "w", ct)
 
 
-def gemm_reads(r: Record) -> Spans:
-    return _gemm_spans(r.args, "r")
+def gemm_reads(r: Record, ct: CaptureTrace | None = None) -> Spans:
+    return _gemm_spans(r, "r", ct)
 
 
-def declared(r: Record, mode: str) -> Spans:
+def declared(r: Record, mode: str, ct: CaptureTrace | None = None) -> Spans:
     """What a decoded ABI kernel, a GEMM, a memset or a copy declares it reads ("r") or writes
     ("w"): the kernel table's boxes on its pointer arguments, every batch's operand boxes, the
-    destination (and a copy's source)."""
+    destination (and a copy's source). With the call's capture `ct`, each box is spelled out
+    inside the allocation its pointer lay in (module docstring)."""
     if r.kind in GEMM_KINDS:
-        return _gemm_spans(r.args, mode)
+        return _gemm_spans(r, mode, ct)
     if r.kind in ("memset", "copy"):
         a = r.args
         role = "dst" if mode == "w" else "src" if r.kind == "copy" else None
@@ -140,7 +179,9 @@ def declared(r: Record, mode: str) -> Spans:
             rng
             for x in spec.accesses
             if mode in x.mode
-            for rng in box_ranges(r.args[x.param], x.box(r.args))
+            for rng in box_ranges(
+                r.args[x.param], x.box(r.args), window=_window(ct, r.args[x.param], r.seq)
+            )
         )
     raise Unbounded(f"{r.name} is no kernel egf-audit knows: it declares no regions")
 

@@ -6,9 +6,10 @@
     python tests/mutation/mutate.py report FILE               # the score and the survivors
 
 The mutants (tests/mutation/operators.py) edit the deciding code of invariants/*.py and of
-auditor/capture/{layout,convert,audit}.py in memory; no file is written but `--out` and the
-inputs under a temporary folder. pytest is not run per mutant: the inputs the test suite judges
-are built once, their verdicts recorded, and each mutant is judged in a forked child:
+auditor/capture/{layout,inference,convert,audit}.py in memory; no file is written but `--out`
+and the inputs under a temporary folder. pytest is not run per mutant: the inputs the test
+suite judges are built once, their verdicts recorded, and each mutant is judged in a forked
+child:
 
 - the rebuild: the ci preset's clean AuditRun (both modes, 2 steps), one per fault of
   `egf_audit.scenarios.faults.FAULTS` (as tests/test_registries.py builds them), the clean run

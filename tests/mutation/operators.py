@@ -47,7 +47,7 @@ TARGETS: tuple[tuple[str, str], ...] = tuple(
     + [("invariants/__init__.py", "egf_audit.invariants")]
     + [
         (f"auditor/capture/{n}.py", f"egf_audit.capture.{n}")
-        for n in ("layout", "convert", "audit")
+        for n in ("layout", "inference", "convert", "audit")
     ]
 )
 # Functions whose result is only text or evidence (a verdict's summary, its evidence dict, a

@@ -49,6 +49,7 @@ E11 = "invariants/egf011_wrapper_path_residual.py"
 E12 = "invariants/egf012_gate_range_fail_closed.py"
 E13 = "invariants/egf013_kernel_effects_contained.py"
 LA = "auditor/capture/layout.py"
+IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
 AU = "auditor/capture/audit.py"
 CM = "auditor/runtime/capture_model.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
@@ -644,7 +645,7 @@ TRIAGE: tuple[Entry, ...] = (
         "partly overlaps one nested inside a third; no layout writer nests buffers two deep",
     ),
     Entry(
-        LA,
+        IN,
         "infer_layout",
         "r.args['h_s2'] != first['h_s2']",
         "equivalent",
@@ -652,7 +653,7 @@ TRIAGE: tuple[Entry, ...] = (
         "without a layout file EGF001 leaves the target forward's GEMMs unnamed anyway",
     ),
     Entry(
-        LA,
+        IN,
         "infer_layout",
         "a['isv_index'] + 1",
         "equivalent",
@@ -660,7 +661,7 @@ TRIAGE: tuple[Entry, ...] = (
         "gate is reached through its base pointer",
     ),
     Entry(
-        LA,
+        IN,
         "infer_layout",
         "dx_concat",
         "fail-closed",
@@ -668,7 +669,7 @@ TRIAGE: tuple[Entry, ...] = (
         "it EGF008 fails a correct trainer (more failures only)",
     ),
     Entry(
-        LA,
+        IN,
         "_add_param",
         "",
         "killed-outside",

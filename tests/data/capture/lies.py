@@ -645,14 +645,39 @@ def _kept_lines(proc: Process, lines: list[str]) -> tuple[list[str], str]:
     return lines[: flush + 1] + [w.decode() for w in whole[:-1]], whole[-1].decode()
 
 
+_SGEMM_ARGS = {"transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "A", "B", "C"}
+
+
 def _gemm_count(events: list[dict[str, Any]]) -> int:
-    return sum(
-        1
-        for e in events
-        if e.get("ev") == "cublas"
-        and (m := re.search(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(", e["msg"]))
-        and "gemm" in m.group(1).lower()
-    )
+    """The GEMM calls `egf-audit capture` counts in the manifest: each logged GEMM call, but a
+    cublasSgemm_v2 whose log a killed process never finished (its arguments or the bits of
+    alpha and beta missing), which the reader drops."""
+    calls: dict[int, list[Any]] = {}  # tid -> [function, argument names, recorder keys]
+    whole: list[list[Any]] = []
+    for e in events:
+        tid = e.get("tid")
+        if e.get("ev") != "cublas":
+            whole += [calls.pop(tid)] if tid in calls else []
+            continue
+        call = re.search(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(", e["msg"])
+        if "I! " in e["msg"] or tid not in calls:
+            whole += [calls.pop(tid)] if tid in calls else []
+            calls[tid] = [call.group(1) if call else None, set(), {}]
+        if arg := re.match(r"^\s*i!\s+(\w+):", e["msg"]):
+            calls[tid][1].add(arg.group(1))
+        calls[tid][2].update(
+            {k: e[k] for k in ("alpha_bits", "beta_bits", "pointer_mode") if k in e}
+        )
+    whole += calls.values()
+    count = 0
+    for function, names, bits in whole:
+        if function is None or "gemm" not in function.lower():
+            continue
+        scalars = bits.get("pointer_mode") == 1 or {"alpha_bits", "beta_bits"} <= set(bits)
+        if function == "cublasSgemm_v2" and not (names >= _SGEMM_ARGS and scalars):
+            continue
+        count += 1
+    return count
 
 
 _LINE = json.JSONEncoder(separators=(",", ":")).encode  # the recorder's compact lines
@@ -697,6 +722,8 @@ def write(capture: Capture, dst: Path, with_layout: bool) -> Path:
     manifest = copy.deepcopy(capture.manifest)
     for entry in manifest["processes"]:
         entry.update(counts.get(entry["pid"], {}))
+    if not with_layout:  # as `egf-audit capture` without --layout writes it
+        manifest["layout"] = None
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return dst
 
