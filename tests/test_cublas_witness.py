@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from egf_audit.runtime.cublas_witness import match, parse_log
+from egf_audit.runtime.cublas_witness import LoggerTap, match, match_tap, parse_log
 from egf_audit.runtime.trace import Launch
 
 # One Sgemm record and the start of the next call, verbatim as cuBLAS 13.1 logged them on an H200.
@@ -133,10 +133,9 @@ def test_cublas_log_on_the_cpu_backend_is_a_usage_error(tmp_path):
     assert not out.exists()
 
 
-def test_the_command_restarts_with_the_logger_switched_on(tmp_path):
-    """`egf-audit run --cublas-log` starts itself again with cuBLAS's logger variables set (the
-    marker reaches the command); without a GPU that command then ends with exit 3."""
-    import os
+def test_cublas_log_without_a_usable_gpu_ends_with_exit_3(tmp_path):
+    """`--device auto --cublas-log` on a machine without a GPU: the CPU backend is picked, and
+    the witness it asked for cannot be had, which is said (exit 3), never a silent run."""
     import subprocess
     import sys
 
@@ -144,7 +143,6 @@ def test_the_command_restarts_with_the_logger_switched_on(tmp_path):
 
     if cuda_usable()[0]:
         pytest.skip("a usable GPU: tests/test_gpu.py covers the witness there")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBLAS_", "EGF_AUDIT_CUB"))}
     cmd = [
         sys.executable,
         "-m",
@@ -157,8 +155,64 @@ def test_the_command_restarts_with_the_logger_switched_on(tmp_path):
         "--out",
         str(tmp_path / "audit.md"),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert "needs the CUDA backend" in proc.stderr, proc.stderr
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "audit.md").exists()
+
+
+def _tap_lines(thread: int, record: str) -> list[tuple[int, str]]:
+    return [(thread, line) for line in record.splitlines(keepends=True)]
+
+
+PIPELINE_THREAD, TORCH_THREAD = 11, 22
+
+
+def _interleaved(pipeline: list[str], torch: list[str]) -> LoggerTap:
+    """A tap that received the two threads' records line by line, alternating, the way cuBLAS
+    hands its logger each line in the thread that made the call."""
+    tap = LoggerTap()
+    ours = [x for record in pipeline for x in _tap_lines(PIPELINE_THREAD, record)]
+    theirs = [x for record in torch for x in _tap_lines(TORCH_THREAD, record)]
+    while ours or theirs:
+        for side in (ours, theirs):
+            if side:
+                tap.lines.append(side.pop(0))
+    return tap
+
+
+def test_two_threads_logging_at_once_tear_the_log_but_not_the_witness():
+    """torch's warm-up thread logs GEMMs, on the same library, while the pipeline's thread does:
+    read as one log the records tear (fields lost, the pairing fails), read per thread every
+    pipeline GEMM matches and the other thread's are foreign."""
+    pipeline = [LOG, _on_handle(PIPELINE, k=31)]
+    torch = [_on_handle(TORCH, k=7), _on_handle(TORCH, k=9), _on_handle(TORCH, k=5)]
+    tap = _interleaved(pipeline, torch)
+    recorded = [_sgemm("a", "T", 32), _sgemm("b", "T", 31)]
+    torn = match(parse_log("".join(line for _, line in tap.lines)), recorded, {PIPELINE})
+    assert not torn.ok
+    result = match_tap(tap, PIPELINE_THREAD, recorded, {PIPELINE})
+    assert (result.logged, result.recorded, result.matched, result.foreign) == (2, 2, 2, 3)
+    assert result.ok
+
+
+def test_a_pipeline_gemm_only_another_thread_logged_is_missing():
+    """The other thread's calls never stand in for the pipeline's, whatever handle they name."""
+    tap = _interleaved([LOG], [_on_handle(PIPELINE, k=31)])
+    result = match_tap(tap, PIPELINE_THREAD, [_sgemm("a", "T", 32), _sgemm("b", "T", 31)], None)
+    assert (result.logged, result.recorded, result.foreign, result.ok) == (1, 2, 1, False)
+
+
+def test_the_tap_keeps_each_line_with_the_thread_that_logged_it():
+    import threading
+
+    tap = LoggerTap()
+    tap._on_line(b"I! cuBLAS (v13.1.0) function cublasStatus_t cublasSgemm_v2(...) called:")
+    seen = threading.Thread(target=tap._on_line, args=(b"i!  m: type=int; val=64\n",))
+    seen.start()
+    seen.join()
+    me = threading.get_ident()
+    assert tap.text_of(me).endswith("called:\n")  # a line without its newline gets one
+    assert tap.other_threads(me) == [seen.ident]
+    assert tap.text_of(seen.ident or 0) == "i!  m: type=int; val=64\n"

@@ -84,7 +84,7 @@ def test_every_fault_is_killed_on_the_gpu(preset):
 
 
 def test_cublas_witness_matches_every_recorded_sgemm(tmp_path):
-    """cuBLAS reads its logger settings when it loads, so the witness runs in a fresh process."""
+    """The whole command, as a user runs it, with torch's warm-up overlapping the scenarios."""
     import json
     import shutil
     import subprocess
@@ -114,10 +114,6 @@ def test_cublas_witness_matches_every_recorded_sgemm(tmp_path):
 FOREIGN_GEMMS = r"""
 import os, sys, threading
 from pathlib import Path
-log = Path(sys.argv[1])
-# the logger's settings, as auditor/entry.py sets them before anything loads cuBLAS
-os.environ.update({"CUBLAS_LOGINFO_DBG": "1", "CUBLAS_LOGDEST_DBG": str(log),
-                   "EGF_AUDIT_CUBLAS_LOG": str(log)})
 import torch
 from egf_audit.cli.commands import RunRequest, run_audit
 
@@ -133,7 +129,7 @@ def foreign():
 
 worker = threading.Thread(target=foreign)
 worker.start()
-outcome = run_audit(RunRequest(device="cuda", out=Path(sys.argv[2]), mode="sentinel",
+outcome = run_audit(RunRequest(device="cuda", out=Path(sys.argv[1]), mode="sentinel",
                                cublas_log=True))
 stop.set()
 worker.join()
@@ -149,7 +145,7 @@ def test_the_witness_pairs_only_the_pipelines_gemms_while_another_handle_runs_ge
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-c", FOREIGN_GEMMS, str(tmp_path / "log"), str(tmp_path / "a.md")],
+        [sys.executable, "-c", FOREIGN_GEMMS, str(tmp_path / "a.md")],
         capture_output=True,
         text=True,
         check=False,
@@ -157,4 +153,6 @@ def test_the_witness_pairs_only_the_pipelines_gemms_while_another_handle_runs_ge
     assert proc.returncode == 0, proc.stderr[-3000:]
     logged, recorded, matched, foreign, ok, loops = proc.stdout.split()[-6:]
     assert ok == "True" and int(logged) == int(recorded) == int(matched) > 0
-    assert int(foreign) >= int(loops) > 0
+    # the loop also ran before the logger was switched on and after: its GEMMs while it was on
+    # are among the foreign ones, with the warm-up's
+    assert int(foreign) > 0 and int(loops) > 0

@@ -264,8 +264,8 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
         "backend", lambda: pick_backend(req.device, kernels, req.launch_timeout_s)
     )
     progress.step(f"backend: {picked}")
-    if witness_log is not None and backend.name != "cuda":
-        raise AuditEnvironmentError("--cublas-log needs the CUDA backend, and none is usable here")
+    if witness_log is not None:
+        witness_run.listen(witness_log, backend)
     auditor = Auditor(config, backend, steps=req.steps, progress=progress.step)
     # torch's CUDA start-up runs beside the scenarios (CUDA backend only); the invariants wait
     # for it, inside their own phase

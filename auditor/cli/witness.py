@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
+import threading
+from dataclasses import dataclass, field
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.runtime import cublas_witness
@@ -13,36 +11,40 @@ from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends.base import Backend
 
 
-def start(device: str) -> Path:
-    """The log file cuBLAS's API logger writes. The `egf-audit` command switches the logger on
-    at process start (auditor/entry.py); called in a process that has loaded cuBLAS already,
-    the logger could no longer be switched on, and that is said rather than a silent miss."""
+@dataclass
+class Witness:
+    """The logger tap and the thread whose cuBLAS calls are the pipeline's (the one that runs
+    the scenarios: this command's)."""
+
+    tap: cublas_witness.LoggerTap = field(default_factory=cublas_witness.LoggerTap)
+    thread: int = field(default_factory=threading.get_ident)
+
+
+def start(device: str) -> Witness:
+    """Refuse the CPU backend at once (before anything is compiled); the logger itself is
+    switched on by `listen`, once the backend has loaded cuBLAS."""
     if device == "cpu":
         raise UsageError("--cublas-log needs --device cuda or auto: the CPU backend has no cuBLAS")
-    if os.environ.get(cublas_witness.CHILD_MARKER):
-        return Path(os.environ[cublas_witness.CHILD_MARKER])
-    if cublas_witness.cublas_loaded():
-        raise AuditEnvironmentError(
-            "--cublas-log: cuBLAS is already loaded in this process, so its logger can no longer "
-            "be switched on; run `egf-audit run --cublas-log` as a command of its own"
-        )
-    log = Path(tempfile.mkdtemp(prefix=cublas_witness.LOG_PREFIX)) / "cublas_api.log"
-    cublas_witness.enable(log)
-    return log
+    return Witness()
 
 
-def finish(log: Path, backend: Backend, run: AuditRun) -> cublas_witness.WitnessResult:
-    """Parse what cuBLAS logged and match it with every recorded SGEMM, in execution order
-    (the scenarios ran one after another, in the order the run keeps them); only the calls on
-    the backend's own cuBLAS handle are the pipeline's."""
-    backend.synchronize()
+def listen(witness: Witness, backend: Backend) -> None:
+    if backend.name != "cuda":
+        raise AuditEnvironmentError("--cublas-log needs the CUDA backend, and none is usable here")
     try:
-        text = log.read_text(encoding="utf-8", errors="replace")
+        witness.tap.attach()
     except OSError as exc:
-        raise AuditEnvironmentError(f"--cublas-log: cuBLAS wrote no log ({exc})") from None
-    finally:
-        if log.parent.name.startswith(cublas_witness.LOG_PREFIX):
-            shutil.rmtree(log.parent, ignore_errors=True)
+        raise AuditEnvironmentError(
+            f"--cublas-log: cuBLAS's logger cannot be switched on ({exc})"
+        ) from None
+
+
+def finish(witness: Witness, backend: Backend, run: AuditRun) -> cublas_witness.WitnessResult:
+    """Match what cuBLAS logged in the pipeline's thread with every recorded SGEMM, in execution
+    order (the scenarios ran one after another, in the order the run keeps them); only the calls
+    on the backend's own cuBLAS handle are the pipeline's."""
+    backend.synchronize()
+    witness.tap.detach()
     launches = [x for trace in run.traces.values() for x in trace.launches]
     handles = backend.cublas_handles() or None  # no handle known: every logged call is paired
-    return cublas_witness.match(cublas_witness.parse_log(text), launches, handles)
+    return cublas_witness.match_tap(witness.tap, witness.thread, launches, handles)

@@ -1,23 +1,25 @@
-"""The cuBLAS witness: cuBLAS's own API logger, asked to log every call to a file, is parsed and
-matched one-to-one, in order, with the SGEMMs the recorder saw. The recorder could only lie to
-itself; this is a second account of the same launches, written by the library.
+"""The cuBLAS witness: cuBLAS's own API logger, asked to hand every line it logs to a callback,
+is parsed and matched one-to-one, in order, with the SGEMMs the recorder saw. The recorder could
+only lie to itself; this is a second account of the same launches, written by the library.
 
-The logger is switched on by environment variables that cuBLAS reads when it is loaded, so
-`enable()` must run before the CUDA backend is first imported. It logs every handle of the
-process: torch's start-up, which overlaps the scenarios on the CUDA backend
-(egf_audit.oracle.warmup), runs GEMMs of its own on torch's handle. The witness therefore pairs
-only the calls made on the pipeline's handle (each logged call names its `handle`) and counts
-the others as foreign; a call whose handle cannot be read is paired, so it cannot hide.
+The logger is switched on in this process, after the CUDA backend has loaded cuBLAS
+(`LoggerTap.attach`). It logs every handle and every thread of the process: torch's start-up,
+which overlaps the scenarios on the CUDA backend (egf_audit.oracle.warmup), runs GEMMs of its own
+in a thread of its own, on the same library. cuBLAS hands its logger one line at a time, so two
+threads' calls interleave line by line (a log file of such a run tears records apart: that is
+why the witness once matched 234 of 1449). The callback runs in the thread that made the call,
+so each line is kept with its thread; the pipeline's thread's lines are read as one log, and of
+those only the calls on the pipeline's handle are paired. Calls of other threads or handles are
+counted as foreign; a call whose handle cannot be read is paired, so it cannot hide.
 """
 
 from __future__ import annotations
 
-import os
+import ctypes
 import re
-import tempfile
+import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypedDict
 
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
@@ -29,37 +31,61 @@ _ARG = re.compile(r"^\s*i!\s+(\w+):\s*type=[^;]*;\s*val=(.*)$")
 _OP = re.compile(r"CUBLAS_OP_([NTC])")
 # cuBLAS 13 prints a pointer as "POINTER (IN HEX:0x0x1881fee0)": the prefix twice
 _POINTER = re.compile(r"IN HEX:(?:0x)+([0-9a-fA-F]+)\)")
+_LIBCUBLAS = re.compile(r"/libcublas\.so[.\d]*$")  # not libcublasLt: its calls are no SGEMMs
+_LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # cublasLogCallback
 
 
-CHILD_MARKER = "EGF_AUDIT_CUBLAS_LOG"  # set when the logger was switched on at process start
-LOG_PREFIX = "egf-audit-cublas-"
-
-
-def enable(log_file: str | Path) -> None:
-    """Ask cuBLAS to log every API call (with its arguments) to `log_file`. Takes effect only
-    if cuBLAS is not loaded yet in this process."""
-    os.environ["CUBLAS_LOGINFO_DBG"] = "1"
-    os.environ["CUBLAS_LOGDEST_DBG"] = str(log_file)
-
-
-def logger_environment() -> dict[str, str]:
-    """The environment for a process whose cuBLAS logs every call to a fresh temporary file."""
-    log = Path(tempfile.mkdtemp(prefix=LOG_PREFIX)) / "cublas_api.log"
-    return {
-        **os.environ,
-        "CUBLAS_LOGINFO_DBG": "1",
-        "CUBLAS_LOGDEST_DBG": str(log),
-        CHILD_MARKER: str(log),
-    }
-
-
-def cublas_loaded() -> bool:
-    """Whether this process has loaded libcublas already (after which its logger is fixed)."""
+def loaded_cublas() -> list[str]:
+    """The libcublas files this process has loaded, from its memory map."""
     try:
         with open("/proc/self/maps") as maps:
-            return any(re.search(r"/libcublas\.so[.\d]*$", line.strip()) for line in maps)
+            found = {line.split()[-1] for line in maps if _LIBCUBLAS.search(line.strip())}
     except OSError:
-        return False
+        return []
+    return sorted(found)
+
+
+class LoggerTap:
+    """cuBLAS's API logger, switched on with a callback in every libcublas the process has
+    loaded; each logged line is kept with the thread that made the call."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, str]] = []
+        self._libraries: list[ctypes.CDLL] = []
+        self._callback = _LOG_CALLBACK(self._on_line)  # kept alive while cuBLAS may call it
+
+    def _on_line(self, message: bytes | None) -> None:
+        if message:
+            text = message.decode("utf-8", errors="replace")
+            self.lines.append((threading.get_ident(), text if text.endswith("\n") else text + "\n"))
+
+    def attach(self) -> None:
+        """Switch the logger on; OSError where no libcublas is loaded or cuBLAS refuses."""
+        paths = loaded_cublas()
+        if not paths:
+            raise OSError("no libcublas is loaded in this process")
+        for path in paths:
+            library = ctypes.CDLL(path)  # the loaded library itself: dlopen of a loaded path
+            for status in (
+                library.cublasLoggerConfigure(1, 0, 0, None),
+                library.cublasSetLoggerCallback(self._callback),
+            ):
+                if status != 0:
+                    raise OSError(f"{path} refused its logger (cuBLAS status {status})")
+            self._libraries.append(library)
+
+    def detach(self) -> None:
+        for library in self._libraries:
+            library.cublasSetLoggerCallback(None)
+            library.cublasLoggerConfigure(0, 0, 0, None)
+        self._libraries.clear()
+
+    def text_of(self, thread: int) -> str:
+        """What cuBLAS logged for the calls made in `thread`, in order, as one log."""
+        return "".join(line for t, line in self.lines if t == thread)
+
+    def other_threads(self, thread: int) -> list[int]:
+        return sorted({t for t, _ in self.lines if t != thread})
 
 
 def _value(raw: str) -> str:
@@ -178,4 +204,14 @@ def match(
                     "logged": dict(zip(FIELDS, _logged_key(call), strict=True)),
                 }
             )
+    return result
+
+
+def match_tap(
+    tap: LoggerTap, thread: int, recorded: Iterable[Launch], handles: Collection[int] | None
+) -> WitnessResult:
+    """Pair the calls `thread` made (the pipeline's) with the recorded SGEMMs; every GEMM another
+    thread logged is foreign."""
+    result = match(parse_log(tap.text_of(thread)), recorded, handles)
+    result.foreign += sum(len(parse_log(tap.text_of(t))) for t in tap.other_threads(thread))
     return result
