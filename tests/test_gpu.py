@@ -106,9 +106,8 @@ def test_cublas_witness_matches_every_recorded_sgemm(tmp_path):
     assert proc.returncode == 0, proc.stderr
     witness = json.loads(report.read_text())["cublas_witness"]
     assert witness["ok"] and witness["matched"] == witness["recorded"] == witness["logged"] > 0
-    assert f"cuBLAS witness: {witness['matched']} of {witness['recorded']} GEMMs match" in (
-        out.read_text()
-    )
+    # per machine, so never in the document (docs/gpu-proof.md): the document is the CPU's bytes
+    assert "cuBLAS witness" not in out.read_text()
 
 
 FOREIGN_GEMMS = r"""
