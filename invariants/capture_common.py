@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.invariants.capture_evidence import observed_write
 from egf_audit.runtime.capture_model import HASH_FNV1A, HASH_MIX64
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
 from egf_audit.runtime.trace import Missing
@@ -107,11 +108,16 @@ def certainly_writes(x: Launch, buffer: str) -> bool:
     return any(b.writes and b.region is not None and b.region.buffer == buffer for b in x.bindings)
 
 
-def may_write(x: Launch, buffer: str) -> bool:
+def may_write(ct: CaptureTrace | None, x: Launch, buffer: str) -> bool:
     """A declared write, or a kernel egf-audit does not know handed a pointer into `buffer`
-    (access "?"): it can write anything it can reach from that pointer."""
-    return certainly_writes(x, buffer) or any(
-        "?" in b.access and b.region is not None and b.region.buffer == buffer for b in x.bindings
+    (access "?"), which can write anything it can reach from that pointer, unless the capture
+    `ct` observed that it changed nothing of `buffer` (its deep effect or its guard)."""
+    return certainly_writes(x, buffer) or (
+        any(
+            "?" in b.access and b.region is not None and b.region.buffer == buffer
+            for b in x.bindings
+        )
+        and (ct is None or observed_write(ct, x, buffer) is not False)
     )
 
 

@@ -251,6 +251,14 @@ def _undecided_operand(ct: CaptureTrace, b: Binding, at: int) -> bool:
     return ct.sp14 or _allocation_of(ct, b.pointer, at) is None
 
 
+def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
+    """A memset's or copy's end that spans whole named buffers (a group allocated together)."""
+    pointer, size = b.pointer, x.args.get("bytes")
+    if x.kind not in ("memset", "copy") or not isinstance(pointer, int):
+        return False
+    return isinstance(size, int) and ct.layout.whole_buffers(pointer, pointer + size)
+
+
 def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
     """Every memset, copy and kernel region outside its buffer or its allocation."""
     bad = []
@@ -269,7 +277,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
                     )
                     break
         for b in x.bindings:
-            if b.region is not None and not b.in_bounds:
+            if b.region is not None and not b.in_bounds and not _group(ct, x, b):
                 problem = f"touches elements up to {b.region.last} of {b.region.buffer}"
             else:
                 problem = _allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from egf_audit.invariants.capture_effects import calls_changing, observations
+from egf_audit.invariants.capture_evidence import guard_changes
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
 from egf_audit.invariants.registry import (
     Invariant,
@@ -198,7 +199,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     """Data flow, step by step: every element of dW w_b0fc is written by the step's GEMMs, none
     of which read an element whose last writer was the scale, and no element of it holds the
     scale's output when the step ends. Writes are the calls' declared regions, and in a deep
-    capture also what each call was seen to change."""
+    capture also what each call was seen to change (without --deep, what each guarded launch of
+    a kernel egf-audit does not know was seen to change in the allocations it was handed)."""
     found = _dw_w_b0fc(ct)
     if found is None:
         return undecided(
@@ -212,6 +214,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         if missing:
             return failed_with([f"missing data: {m}" for m in missing])
         changed = calls_changing(observed)
+    else:  # what each guarded launch changed in what it was handed: its writes there are known
+        changed = guard_changes(ct)
     steps = ct.steps()
     if not steps:
         return failed("no training step reached its polyak_ema: no dW w_b0fc to follow")
@@ -223,6 +227,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         problems += step_problems
         unplaced += step_unplaced
     writes = "declared and observed (--deep)" if ct.process.deep else "declared"
+    if ct.process.guards:
+        writes += " and, for kernels egf-audit does not know, observed (guards)"
     if problems:
         return failed_with(problems, writes=writes, unplaced=unplaced)
     if unplaced:
@@ -280,7 +286,8 @@ INVARIANT = Invariant(
         "column fails only where a gradient was due. On a capture the data flow is direct, one "
         "launch deep: a kernel that reads the scale's output and writes something a dW GEMM "
         "then reads is not followed; an unknown kernel of a capture without `--deep` clears "
-        "none of the scale's marks (its writes are unknown), so it can only add findings; the "
+        "the scale's marks only where its guard saw it write (outside the allocations it was "
+        "handed its writes are unknown), so it can only add findings; the "
         "layout must name grad_buf's w_b0fc (else UNDECIDED)."
     ),
     example=(

@@ -16,6 +16,7 @@ from egf_audit.invariants.capture_common import (
     pointer_problem,
     regions,
 )
+from egf_audit.invariants.capture_evidence import observed_write
 from egf_audit.invariants.common import (
     json_float,
     mode_traces,
@@ -289,9 +290,10 @@ def check(run: AuditRun, mode: str) -> Verdict:
 # ---- the same invariant on a capture of the trainer's process ----
 def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> list[str]:
     """polyak_ema(target, online, tau, n) held to the contract: target is the start of
-    target_params, online the start of params, n the whole net (both buffers' size, and the
-    layout's parameter table where it gives one), tau the layout's `dims.tau`, or the preset's
-    (POLYAK_TAU) for a trainer that states none, as the rebuild uses its config's."""
+    target_params, online the start of params, n the whole net (at least the layout's parameter
+    table where it gives one, else both buffers' size, and never past either buffer), tau the
+    layout's `dims.tau`, or the preset's (POLYAK_TAU) for a trainer that states none, as the
+    rebuild uses its config's."""
     problems = [
         p
         for p in (
@@ -300,11 +302,15 @@ def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> l
         )
         if p is not None
     ]
+    # n covers every parameter and stays inside both buffers: the net itself, or (a trainer that
+    # pads its parameter buffers) any count up to the smaller buffer's size
     sizes = {ct.layout.buffers[TARGET].size, ct.layout.buffers["params"].size}
-    if net is not None:
-        sizes.add(net)
-    if len(sizes) != 1 or x.args.get("n") not in sizes:
-        problems.append(f"n = {x.args.get('n')}, the whole net is {sorted(sizes)} elements")
+    room = min(sizes)
+    least = max(sizes) if net is None else net  # no table: the buffers must agree
+    n = x.args.get("n")
+    if not isinstance(n, int) or not least <= n <= room:
+        whole = f"{least}" if least == room else f"from {least} (the net) to {room} (the buffers)"
+        problems.append(f"n = {n}, the whole net is {whole} elements")
     tau, stated = x.args.get("tau"), ct.layout.dims.get("tau")
     expected = POLYAK_TAU if stated is None else stated
     whose = "the preset's (the layout states no dims.tau)" if stated is None else "the layout's"
@@ -420,10 +426,13 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             continue
         if certainly_writes(x, TARGET):
             problems.append(f"{named(x)} writes target_params")
-        elif may_write(x, TARGET) and x.step not in proven:
+        elif observed_write(ct, x, TARGET):
+            problems.append(f"{named(x)} changed target_params (the capture observed it)")
+        elif may_write(ct, x, TARGET) and x.step not in proven:
             problems.append(
                 f"{named(x)} is a kernel egf-audit does not know, handed a pointer into "
-                "target_params, and no snapshot proves the target unchanged in its step"
+                "target_params, and neither an observation of the launch nor a snapshot proves "
+                "the target unchanged in its step"
             )
     evidence = {"polyak_launches": len(polyaks), "snapshotted": snapshotted}
     evidence["values_checked"] = values_checked

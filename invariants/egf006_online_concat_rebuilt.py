@@ -196,7 +196,9 @@ def check_capture(ct: CaptureTrace) -> Verdict:
                 f"{at}: {x.label} reads {r.rows} x {r.width} of the concat at element "
                 f"{r.offset}, the online concat is {d.B} x {d.concat_width}"
             )
-        writer = next((y for y in reversed(launches[: x.index]) if may_write(y, DIR_CONCAT)), None)
+        writer = next(
+            (y for y in reversed(launches[: x.index]) if may_write(ct, y, DIR_CONCAT)), None
+        )
         if writer is None or writer.name != CONCAT_KERNEL:
             what = named(writer) if writer is not None else "nothing"
             problems.append(f"{at}: the last writer of the concat before {x.label} is {what}")

@@ -335,7 +335,7 @@ def _accumulate_problems(ct: CaptureTrace, x: Launch, d: Dims) -> list[str]:
     return problems
 
 
-def _zeroing_problems(window: list[Launch], at: str, n: int) -> list[str]:
+def _zeroing_problems(ct: CaptureTrace, window: list[Launch], at: str, n: int) -> list[str]:
     """The rebuild's rule on the site's own window (after the previous site's last accumulate,
     or the step's first GEMM): a memset of 0 over all of d_h_s2 there, and every write after
     the last such memset, up to the first accumulate, accumulates (a GEMM with beta = 1): a
@@ -345,7 +345,7 @@ def _zeroing_problems(window: list[Launch], at: str, n: int) -> list[str]:
         return [f"{at}: d_h_s2 is not zeroed inside the call site (after its previous use)"]
     problems = []
     for x in window[window.index(zero) + 1 :]:
-        if not may_write(x, "d_h_s2"):
+        if not may_write(ct, x, "d_h_s2"):
             continue
         c = x.binding("C", required=False) if x.kind == "sgemm" else None
         if not (c is not None and c.access == "rw" and x.args.get("beta") == 1.0):
@@ -402,7 +402,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         at = site_name(site)
         launches = site_launches(ct, site)
         window = launches[: site.first_accumulate - site.begin]
-        problems += _zeroing_problems(window, at, n)
+        problems += _zeroing_problems(ct, window, at, n)
         mine = [x for x in launches if x.kind == "kernel" and x.name == ACCUMULATE_KERNEL]
         accumulates += mine
         for x in mine:

@@ -147,13 +147,14 @@ def _scale_facts(
 
 
 def site_failure(
-    launches: Sequence[Launch], rows: int, sh2: int, where: SiteAt
+    launches: Sequence[Launch], rows: int, sh2: int, where: SiteAt, ct: CaptureTrace | None = None
 ) -> tuple[NotGated | None, str]:
     """(failure or None, label of the gating scale launch) of one call site's launches, in
     order: its d = 0 dX SGEMM, then a scale that gates the wire, then the first accumulate that
     reads the dX, with nothing but that scale writing (or, for a kernel egf-audit does not
     know, possibly writing) sp14_d_dir_qaux_concat in between. The rebuild and the capture
-    both judge a site with this."""
+    both judge a site with this (`ct`: the capture, whose observations of an unknown kernel
+    clear it where they show it wrote nothing of the dX)."""
     dx = _dir_dx_sgemm(launches)
     if dx is None:
         failure: NotGated = {
@@ -184,7 +185,9 @@ def site_failure(
                 }
                 return failure, x.label
             overwrites = [
-                y.label for y in launches if x.index < y.index < acc.index and may_write(y, DIR_DX)
+                y.label
+                for y in launches
+                if x.index < y.index < acc.index and may_write(ct, y, DIR_DX)
             ]
             if overwrites:
                 failure = {
@@ -270,7 +273,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     gated: list[Gated] = []
     for site in ct.sites:
         where: SiteAt = {"step": site.step, "site": site.name}
-        failure, label = site_failure(site_launches(ct, site), d.B, d.SH2, where)
+        failure, label = site_failure(site_launches(ct, site), d.B, d.SH2, where, ct)
         if failure:
             failures.append(failure)
             problems.append(f"{site_name(site)}: {_words(failure)}")

@@ -17,6 +17,8 @@ NVRTC from egf-audit's CPU libraries (the toolkit here ships none of them). At r
     cpu_probe       cpu/cpu_probe.cu: what --cpu runs, refuses and stops (and the PTX of its
                     kernels, probe_kernels.ptx)
     cpu_probe-static  the same with nvcc's static runtime
+    outsider        outsider/: the SP14 trainer written from the docs alone (driver API,
+                    NVRTC, cuBLAS; its kernels are read at run time: pass --kernels)
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from egf_audit.runtime.build_cache import cache_dir
 DATA = Path(__file__).parent / "data" / "capture"
 RUNTIME = DATA / "runtime"
 CPU = DATA / "cpu"
+OUTSIDER = DATA / "outsider"
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 # the capture-visible faults whose H200 recordings the stand-ins are held to
 FAULTS = tuple(name for name in RECORDINGS if name != "clean")
@@ -117,6 +120,12 @@ def _driver(work: Path, libraries: Path) -> None:
           *_link(libraries), "-l:libcuda.so.1", "-l:libnvrtc.so.13"])  # fmt: skip
 
 
+def _outsider(work: Path, libraries: Path) -> None:
+    _run([_nvcc(), "-O1", "-std=c++17", "-cudart", "shared", str(OUTSIDER / "trainer.cu"),
+          str(OUTSIDER / "gpu_cuda.cpp"), "-o", str(work / "outsider"), *_link(libraries),
+          "-l:libcuda.so.1", "-l:libnvrtc.so.13"])  # fmt: skip
+
+
 SHARED = ["-cudart", "shared"]
 # artifact -> (the files it is built from, how)
 ARTIFACTS: dict[str, tuple[list[Path], Callable[[Path, Path], None]]] = {
@@ -136,6 +145,13 @@ ARTIFACTS: dict[str, tuple[list[Path], Callable[[Path, Path], None]]] = {
     "trainer-driver": (
         [RUNTIME / "trainer_driver.cpp", RUNTIME / "plan_runner.h", RUNTIME / "cublas_decls.h"],
         _driver,
+    ),
+    "outsider": (
+        [
+            OUTSIDER / name
+            for name in ("trainer.cu", "gpu_cuda.cpp", "gpu.h", "net.h", "reference.h")
+        ],
+        _outsider,
     ),
     "gemm_probe": (
         [RUNTIME / "gemm_probe.cu", RUNTIME / "cublas_decls.h"],

@@ -30,6 +30,7 @@ UNITS = (
     "rec_snapshot.c",
     "rec_kernels.c",
     "rec_deep.c",
+    "rec_guard.c",
     "rec_writer.c",
     "rec_device.c",
 )

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
+from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import ProcessCapture
 from egf_audit.small_files import read_small_bytes
 
@@ -63,6 +64,7 @@ from .destination import Completed, capture_target, check_layout_path, staged, s
 from .events import read_capture
 from .folder import TRACE_FILE
 from .inference import infer_layout
+from .kernel_params import param_size
 from .layout import LAYOUT_FILE, MAX_LAYOUT_BYTES, parse_layout, place
 from .manifest import MANIFEST_FILE, audited_process, manifest_document, process_entries
 
@@ -100,8 +102,12 @@ def _environment(
 ) -> dict:
     env = dict(os.environ)
     # deep, and how much of it is kept, only as asked here, never inherited
-    env.pop("EGF_CAPTURE_DEEP", None)
-    env.pop("EGF_CAPTURE_DEEP_VALUES_MAX", None)
+    for name in ("EGF_CAPTURE_DEEP", "EGF_CAPTURE_DEEP_VALUES_MAX", "EGF_CAPTURE_GUARD"):
+        env.pop(name, None)
+    # without --deep, what an unknown kernel's launch changed in the allocations it is handed
+    # (rec_guard.c): the evidence the invariants that fail closed on such a kernel read
+    env["EGF_CAPTURE_GUARD"] = "0" if deep else "1"
+    env["EGF_CAPTURE_KNOWN"] = known_kernels()
     if deep:
         env["EGF_CAPTURE_DEEP"] = "1"
         if deep_values_max is not None:
@@ -118,6 +124,16 @@ def _environment(
     if values_max is not None:
         env["EGF_CAPTURE_VALUES_MAX"] = str(values_max)
     return env
+
+
+def known_kernels() -> str:
+    """egf-audit's kernel table as the recorder reads it (`name:8,8,4;...`): a launch whose name
+    and parameter sizes match an entry is decoded by the reader and judged by its contract, so
+    the recorder keeps no guard around it."""
+    return ";".join(
+        f"{name}:{','.join(str(param_size(ctype)) for _, ctype in spec.params)}"
+        for name, spec in sorted(KERNELS_BY_NAME.items())
+    )
 
 
 def _ended(code: int) -> str:

@@ -22,6 +22,8 @@
  *   rec_snapshot.c          snapshots of the ABI kernels' regions and their hash
  *   rec_kernels.c           the recorder's own kernels (egf_recorder_kernels.cu as PTX)
  *   rec_deep.c              --deep: every allocation compared after every call, and its values
+ *   rec_guard.c             the allocations a kernel egf-audit does not know is handed,
+ *                           compared around its launch (the default capture's evidence)
  *   rec_writer.c            the event writer: the files, their lock, fork and exit
  *   rec_device.c            the driver's entry points, and the recorder's own device reads
  */
@@ -38,7 +40,10 @@ __thread struct RecThread rec_thread;
 // allocation from its event on and stops at its free's.
 static unsigned long long memory_event(const char *ev, const char *api, unsigned long long dst,
                                        unsigned long long src, long long bytes, long long value) {
-    if (!strcmp(ev, "free")) deep_untrack(dst);
+    if (!strcmp(ev, "free")) {
+        deep_untrack(dst);
+        guard_untrack(dst);
+    }
     FILE *f = begin_event(ev);
     if (!f) return 0;
     unsigned long long seq = event_seq();
@@ -47,7 +52,10 @@ static unsigned long long memory_event(const char *ev, const char *api, unsigned
     fprintf(f, ",\"dst\":%llu,\"src\":%llu,\"bytes\":%lld,\"value\":%lld", dst, src, bytes,
             value);
     end_event(f);
-    if (!strcmp(ev, "alloc")) deep_track(seq, dst, bytes);
+    if (!strcmp(ev, "alloc")) {
+        deep_track(seq, dst, bytes);
+        guard_track(dst, bytes);
+    }
     return seq + 1;
 }
 
@@ -320,6 +328,14 @@ int InitializeInjection(void) {
     const char *values_env = getenv("EGF_CAPTURE_DEEP_VALUES_MAX");
     rec_options.deep_values_max = values_env ? strtoull(values_env, NULL, 10) : 1ULL << 30;
     rec_options.values_on = rec_options.deep && rec_options.deep_values_max > 0;
+    const char *guard_env = getenv("EGF_CAPTURE_GUARD");
+    rec_options.guard = !rec_options.deep && guard_env && !strcmp(guard_env, "1") &&
+                        d->mem_alloc && d->mem_free && d->htod && d->memset32 &&
+                        d->module_load && d->module_function && d->launch && d->ctx_sync &&
+                        d->dtoh;
+    const char *guard_max = getenv("EGF_CAPTURE_GUARD_MAX");
+    rec_options.guard_max = guard_max && *guard_max ? strtoull(guard_max, NULL, 10) : 1ULL << 32;
+    rec_options.known = getenv("EGF_CAPTURE_KNOWN");
 
     uint32_t version = 0;
     cuptiGetVersion(&version);
@@ -333,6 +349,7 @@ int InitializeInjection(void) {
                 rec_driver.param_info ? "true" : "false");
         if (rec_options.deep) fputs(",\"deep\":true", f);
         if (rec_options.values_on) fputs(",\"values\":true", f);
+        if (rec_options.guard) fputs(",\"guard\":true", f);
         end_event(f);
     }
     if (status != CUPTI_SUCCESS) {

@@ -108,6 +108,7 @@ class _Reader:
         proc = self.proc
         proc.init = event
         proc.deep = event.get("deep") is True
+        proc.guarded = not proc.deep and event.get("guard") is True
         proc.values = proc.deep and event.get("values") is True
 
     def on_kernel(self, where: str, event: dict[str, Any], number: int) -> None:
@@ -190,6 +191,36 @@ class _Reader:
             self.values_at(where, event),
         )
 
+    def on_guard(self, where: str, event: dict[str, Any]) -> None:
+        """A guard: the allocations a launch was handed, each compared whole around it, and
+        the bytes it changed in them (rec_guard.c)."""
+        launch = event["launch"]
+        if not self.proc.guarded:
+            refuse(where, "a guard event, and the init event does not say the capture guards")
+        if launch not in self.kernel_seqs:
+            refuse(where, f"a guard of launch {launch}: no kernel launch of that seq before it")
+        if launch in self.proc.guards:
+            refuse(where, f"a second guard of launch {launch}")
+        compared = [(a, n) for a, n in event["compared"]]
+        for base, size in compared:
+            if self.live.compared_extent(base) != size:
+                refuse(
+                    where,
+                    f"a guard of launch {launch} compared {size} bytes at {base}, which is not "
+                    "a live allocation compared whole (up to its 256-byte-rounded end)",
+                )
+        for start, size in event["changed"]:
+            if not any(b <= start and start + size <= b + n for b, n in compared):
+                refuse(
+                    where,
+                    f"a guard of launch {launch}: changed bytes {start} to {start + size} "
+                    "outside the allocations it compared",
+                )
+        changed = tuple((a, n) for a, n in event["changed"])
+        self.proc.guards[launch] = Effect(
+            launch, len(compared), sum(n for _, n in compared), changed, compared=tuple(compared)
+        )
+
     def on_ltmatmul(self, where: str, event: dict[str, Any], number: int) -> None:
         seq, tid = event["seq"], event["tid"]
         args = lt_gemm(event)
@@ -253,6 +284,8 @@ class _Reader:
             self.on_contents(where, event)
         elif ev == "effect":
             self.on_effect(where, event)
+        elif ev == "guard":
+            self.on_guard(where, event)
         elif ev == "ltmatmul":
             self.on_ltmatmul(where, event, number)
         elif ev == "snapshot":

@@ -73,6 +73,18 @@ class LiveMemory:
             "live allocation holding it"
         )
 
+    def compared_extent(self, address: int) -> int | None:
+        """The bytes a recorder compares of the live allocation starting at `address` (up to
+        its 256-byte-rounded end, never into the next allocation); None: no live allocation
+        starts there."""
+        i = bisect.bisect_left(self._starts, address)
+        if i == len(self._starts) or self._starts[i] != address:
+            return None
+        end = -(-self._ends[i] // DEEP_ROUND) * DEEP_ROUND
+        if i + 1 < len(self._starts):
+            end = min(end, self._starts[i + 1])
+        return end - address
+
     def compared_problem(self, runs: list[list[int]]) -> str | None:
         """Why a deep effect's changed runs cannot be what the recorder compared, if they cannot:
         a run outside every live allocation's compared extent."""

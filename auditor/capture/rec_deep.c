@@ -28,8 +28,7 @@ static struct {
     size_t one_cap, scratch_cap;
     unsigned int *host_counts, *host_bits;
     size_t host_counts_cap, host_bits_cap;
-    unsigned long long *runs;  // (address, bytes) pairs of one effect, gathered before writing
-    size_t runs_cap;
+    RunList list;  // (address, bytes) pairs of one effect, gathered before writing
     unsigned char *vals, *span;  // the runs' new bytes; one allocation's span of its copy
     size_t vals_cap, span_cap;   // bytes
     int values_stopped;          // the values file reached EGF_CAPTURE_DEEP_VALUES_MAX
@@ -125,8 +124,7 @@ static int deep_prepare(void) {
 }
 
 // The changed words of the allocation at `base`, read from its bitmap `slice` (then cleared),
-// appended to deep.runs as (address, bytes) pairs; a run that meets the last one extends it.
-// 0 on failure.
+// appended to deep.list. 0 on failure.
 static int deep_bitmap_runs(unsigned long long base, CUdeviceptr slice, size_t words,
                             size_t *runs) {
     unsigned int *bits = host_grow(deep.host_bits, &deep.host_bits_cap, words);
@@ -134,23 +132,30 @@ static int deep_bitmap_runs(unsigned long long base, CUdeviceptr slice, size_t w
     deep.host_bits = bits;
     if (rec_driver.dtoh(bits, slice, words * 4) != CUDA_SUCCESS) return 0;
     if (rec_driver.memset32(slice, 0, words) != CUDA_SUCCESS) return 0;
+    return runs_from_bitmap(&deep.list, runs, base, bits, words);
+}
+
+// Bit w of `bits` set: the 4-byte word at base + 4w changed. Appended to `list` from `*n` on
+// as (address, bytes) pairs; a run that meets the last one extends it. 0 on failure.
+int runs_from_bitmap(RunList *list, size_t *n, unsigned long long base, const unsigned int *bits,
+                     size_t words) {
     for (size_t w = 0; w < words; ++w) {
         for (unsigned int word = bits[w]; word; word &= word - 1) {
             unsigned long long at = base + 4ULL * (w * 32 + (size_t)__builtin_ctz(word));
-            if (*runs && deep.runs[2 * *runs - 2] + deep.runs[2 * *runs - 1] == at) {
-                deep.runs[2 * *runs - 1] += 4;
+            if (*n && list->at[2 * *n - 2] + list->at[2 * *n - 1] == at) {
+                list->at[2 * *n - 1] += 4;
                 continue;
             }
-            if (2 * (*runs + 1) > deep.runs_cap) {
-                size_t cap = deep.runs_cap ? 2 * deep.runs_cap : 1024;
-                unsigned long long *grown = realloc(deep.runs, cap * sizeof *grown);
+            if (2 * (*n + 1) > list->cap) {
+                size_t cap = list->cap ? 2 * list->cap : 1024;
+                unsigned long long *grown = realloc(list->at, cap * sizeof *grown);
                 if (!grown) return 0;
-                deep.runs = grown;
-                deep.runs_cap = cap;
+                list->at = grown;
+                list->cap = cap;
             }
-            deep.runs[2 * *runs] = at;
-            deep.runs[2 * *runs + 1] = 4;
-            ++*runs;
+            list->at[2 * *n] = at;
+            list->at[2 * *n + 1] = 4;
+            ++*n;
         }
     }
     return 1;
@@ -166,26 +171,26 @@ static int bytes_grow(unsigned char **p, size_t *cap, size_t want) {
     return 1;
 }
 
-// The new bytes of deep.runs[0 .. runs) into deep.vals, read from the recorder's copies (which
+// The new bytes of deep.list.at[0 .. runs) into deep.vals, read from the recorder's copies (which
 // the comparison has just brought up to date): one copy back per allocation, of the span from
 // its first changed byte to its last. `*total` is their count. 0 on failure.
 static int deep_values(size_t runs, size_t *total) {
     *total = 0;
-    for (size_t r = 0; r < runs; ++r) *total += deep.runs[2 * r + 1];
+    for (size_t r = 0; r < runs; ++r) *total += deep.list.at[2 * r + 1];
     if (!bytes_grow(&deep.vals, &deep.vals_cap, *total + 1)) return 0;
     size_t pos = 0;
     int i = 0, span_of = -1;
     unsigned long long span_at = 0;
     for (size_t r = 0; r < runs; ++r) {
-        unsigned long long at = deep.runs[2 * r], left = deep.runs[2 * r + 1];
+        unsigned long long at = deep.list.at[2 * r], left = deep.list.at[2 * r + 1];
         while (left) {
             while (i < deep.n && deep.a[i].base + 4 * deep_scan(i) <= at) ++i;
             if (i == deep.n || deep.a[i].base > at) return 0;  // in no allocation: cannot be
             unsigned long long end = deep.a[i].base + 4 * deep_scan(i);
             if (span_of != i) {
                 unsigned long long last = at + left < end ? at + left : end;
-                for (size_t q = r + 1; q < runs && deep.runs[2 * q] < end; ++q) {
-                    unsigned long long stop = deep.runs[2 * q] + deep.runs[2 * q + 1];
+                for (size_t q = r + 1; q < runs && deep.list.at[2 * q] < end; ++q) {
+                    unsigned long long stop = deep.list.at[2 * q] + deep.list.at[2 * q + 1];
                     last = stop < end ? stop : end;
                 }
                 if (!bytes_grow(&deep.span, &deep.span_cap, last - at)) return 0;
@@ -231,10 +236,10 @@ static void write_changed_values(FILE *f, size_t bytes) {
         deep.values_stopped = 2;  // the file now holds a partial write: no later offset is true
 }
 
-// The runs of one event, as JSON pairs.
-static void write_runs(FILE *f, size_t runs) {
-    for (size_t r = 0; r < runs; ++r)
-        fprintf(f, "%s[%llu,%llu]", r ? "," : "", deep.runs[2 * r], deep.runs[2 * r + 1]);
+// The first `n` runs of `list`, as JSON pairs.
+void write_runs(FILE *f, const RunList *list, size_t n) {
+    for (size_t r = 0; r < n; ++r)
+        fprintf(f, "%s[%llu,%llu]", r ? "," : "", list->at[2 * r], list->at[2 * r + 1]);
 }
 
 // A new allocation (its alloc event has seq `seq`): its copy starts as what it holds now. The
@@ -312,7 +317,7 @@ void deep_track(unsigned long long seq, unsigned long long base, long long bytes
     FILE *f = begin_event("contents");
     if (f) {
         fprintf(f, ",\"alloc\":%llu,\"changed\":[", seq);
-        write_runs(f, runs);
+        write_runs(f, &deep.list, runs);
         fputc(']', f);
         if (with_values) write_changed_values(f, total);
         end_event(f);
@@ -387,7 +392,7 @@ void deep_effect(unsigned long long launch) {
     }
     fprintf(f, ",\"launch\":%llu,\"allocations\":%d,\"bytes\":%llu,\"changed\":[", launch, n,
             total);
-    write_runs(f, runs);
+    write_runs(f, &deep.list, runs);
     fputc(']', f);
     if (with_values) write_changed_values(f, changed);
     end_event(f);

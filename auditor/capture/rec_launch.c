@@ -24,8 +24,8 @@
 
 // The library that made the current call: the first frame of the call stack outside libcuda,
 // CUPTI, the CUDA runtime and this recorder ("?" where the stack cannot be walked). Its name
-// tells a launch cuBLAS made inside a GEMM call from the trainer's own.
-static void write_caller(FILE *f) {
+// tells a launch cuBLAS made inside a GEMM call from the trainer's own: 1 for such a launch.
+static int write_caller(FILE *f) {
     void *frames[48];
     int n = backtrace(frames, 48);
     const char *found = "?";
@@ -42,6 +42,7 @@ static void write_caller(FILE *f) {
     }
     fputs(",\"by\":", f);
     json_string(f, found);
+    return !strncmp(found, "libcublas", 9);
 }
 
 // A deep capture's struct parameters (more than 8 bytes): their bytes, where pointers hide.
@@ -129,6 +130,7 @@ static void **packed_args(CUfunction f, void **extra, void **store) {
 
 static __thread int tl_snapshot;  // the launch entered on this thread is snapshotted at its exit
 static __thread int tl_effect;    // ... and, in a deep capture, compared at its exit
+static __thread int tl_guard;     // ... and its allocations compared at its exit (rec_guard.c)
 
 // One launch, through the driver API (cuLaunchKernel, cuLaunchKernelEx) or the runtime API
 // (cudaLaunchKernel, cudaLaunchKernelExC, <<<>>>): its event at the call's entry, its ABI
@@ -144,6 +146,8 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         tl_snapshot = 0;
         if (tl_effect) deep_effect(seq);
         tl_effect = 0;
+        if (tl_guard) guard_after(seq);
+        tl_guard = 0;
         return;
     }
     try_hook_cublas();
@@ -176,7 +180,8 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
         json_string(out, rec_thread.rt_name);
     }
     tl_effect = rec_options.deep && !stream_capturing(stream);
-    write_caller(out);  // every launch: a launch cuBLAS made inside a GEMM call is that GEMM's
+    // every launch: a launch cuBLAS made inside a GEMM call is that GEMM's
+    int by_cublas = write_caller(out);
     if (rec_options.deep && params) write_blobs(out, params, sizes, n);
     if (params && n == 0) {
         // no parameter could be read: say why (no CUfunction, or the driver's answer for the
@@ -188,6 +193,8 @@ static void on_launch(const CUpti_CallbackData *cb, CUfunction f, const unsigned
     end_event(out);
     snapshot_step_start(seq, stream);  // the first launch after a polyak_ema starts a step
     if (tl_snapshot) snapshot_abi(seq, "before", name, params);
+    tl_guard = !by_cublas && !stream_capturing(stream) && guard_wanted(name, sizes, n) &&
+               guard_before(params, sizes, n);
 }
 
 // A driver-API launch (cuLaunchKernel, cuLaunchCooperativeKernel, cuLaunchKernelEx and their

@@ -69,6 +69,9 @@ struct RecOptions {
     int deep;                            // EGF_CAPTURE_DEEP=1, and the driver has what it needs
     int values_on;                       // deep and EGF_CAPTURE_DEEP_VALUES_MAX > 0
     unsigned long long deep_values_max;  // EGF_CAPTURE_DEEP_VALUES_MAX
+    int guard;                           // EGF_CAPTURE_GUARD=1 (not deep): rec_guard.c
+    unsigned long long guard_max;        // EGF_CAPTURE_GUARD_MAX: bytes of the guard's copies
+    const char *known;                   // EGF_CAPTURE_KNOWN: kernels egf-audit decodes
 };
 extern struct RecOptions rec_options;
 
@@ -117,10 +120,26 @@ int gpu_region_hash(CUdeviceptr p, long long count, long long ld, long long skip
 CUresult gpu_deep_diff(CUdeviceptr table, unsigned rows, unsigned long long longest,
                        CUdeviceptr bitmap, CUdeviceptr counts);
 
+/* ---- runs of changed bytes, as --deep and the guard write them (rec_deep.c) ---- */
+typedef struct {
+    unsigned long long *at;  // (address, bytes) pairs
+    size_t cap;              // entries of `at`
+} RunList;
+int runs_from_bitmap(RunList *list, size_t *n, unsigned long long base, const unsigned int *bits,
+                     size_t words);
+void write_runs(FILE *f, const RunList *list, size_t n);
+
 /* ---- --deep: every allocation compared after every call (rec_deep.c) ---- */
 void deep_track(unsigned long long seq, unsigned long long base, long long bytes);
 void deep_untrack(unsigned long long base);
 void deep_effect(unsigned long long launch);
+
+/* ---- the guard: allocations an unknown kernel is handed, compared around it (rec_guard.c) -- */
+void guard_track(unsigned long long base, long long bytes);
+void guard_untrack(unsigned long long base);
+int guard_wanted(const char *name, const size_t *sizes, int n);
+int guard_before(void **params, const size_t *sizes, int n);  // 1: guard_after at its exit
+void guard_after(unsigned long long launch);
 
 #pragma GCC visibility pop
 

@@ -243,6 +243,8 @@ SCHEMA: dict[str, tuple[Key, ...]] = {
         Key("deep", boolean, optional=True),
         # --deep recorded the bytes of every change (values-<pid>.bin)
         Key("values", boolean, optional=True),
+        # not deep: a guard event after each launch of a kernel egf-audit does not know
+        Key("guard", boolean, optional=True),
     ),
     "note": (Key("msg", string),),
     "kernel": (
@@ -320,6 +322,9 @@ SCHEMA: dict[str, tuple[Key, ...]] = {
         # from this call on is unknown; the recorder's note says why)
         Key("values", SIZE, optional=True),
     ),
+    # not deep: what the launch of seq `launch` (a kernel egf-audit does not know) changed in
+    # the allocations it was handed, each compared whole ([base, bytes] in `compared`)
+    "guard": (Key("launch", SEQ), Key("compared", runs), Key("changed", runs)),
     # a deep capture with values: the non-zero words of the allocation of seq `alloc` when it
     # was made (its 256-byte-rounded extent, never into the next allocation)
     "contents": (Key("alloc", SEQ), Key("changed", runs), Key("values", SIZE, optional=True)),

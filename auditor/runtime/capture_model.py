@@ -65,6 +65,9 @@ class Effect(NamedTuple):
     # where the runs' new bytes start in the process's values file (a deep capture with
     # values); None: not recorded, so memory is unknown from this call on
     values: int | None = None
+    # a guard (not deep: a kernel egf-audit does not know): the (base, bytes) of each
+    # allocation compared around the launch; () for a deep effect, which compared them all
+    compared: tuple[tuple[int, int], ...] = ()
 
 
 class Contents(NamedTuple):
@@ -115,6 +118,9 @@ class ProcessCapture:
     graph_launches: int = 0  # cuGraphLaunch / cudaGraphLaunch calls: replays it cannot follow
     deep: bool = False  # recorded with --deep: an Effect after every launch, memset and copy
     effects: dict[int, Effect] = field(default_factory=dict)  # by the call's seq
+    # not deep: a guard after each launch of a kernel egf-audit does not know (rec_guard.c)
+    guarded: bool = False
+    guards: dict[int, Effect] = field(default_factory=dict)  # by the launch's seq
     # recorded with values (init "values"): every effect's and every allocation's bytes
     values: bool = False
     contents: dict[int, Contents] = field(default_factory=dict)  # by the alloc record's seq
@@ -227,6 +233,24 @@ class CaptureLayout:
             reach = max(reach, _end(b))
         kept = {name: b for name, b in self.buffers.items() if id(b) not in inside}
         return CaptureLayout(kept, self.dims, self.from_file)
+
+    def whole_buffers(self, start: int, end: int) -> bool:
+        """Whether bytes [start, end) meet named buffers only whole: at least one buffer lies
+        inside them and none is met in part (a memset or a copy over a group of buffers a
+        trainer allocated together, padding between them included). O(log n + met)."""
+        by_base = self._index()
+        i = bisect.bisect_left(self._bases, start) - 1
+        while i >= 0:  # a buffer starting below `start` and reaching into it: met in part
+            if _end(by_base[i]) > start:
+                return False
+            i = self._parent[i]
+        i = bisect.bisect_left(self._bases, start)
+        met = False
+        while i < len(by_base) and by_base[i].base < end:
+            if _end(by_base[i]) > end:
+                return False
+            met, i = True, i + 1
+        return met
 
     def base_of(self, name: str) -> int | None:
         buffer = self.buffers.get(name)

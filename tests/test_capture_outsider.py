@@ -1,0 +1,142 @@
+"""The outsider trainer (tests/data/capture/outsider: an SP14 trainer written from the docs alone,
+its own helper kernels handed `const` pointers into target_params and d_h_s2, params, grads and
+Adam state in one allocation, activations in one pool) captured on the CPU by `egf-audit capture
+--cpu`, unmodified, and judged as any trainer's capture is.
+
+Its clean run must pass every decidable invariant in the default capture (the guards around its
+own kernels decide EGF002/5/6/7/8) and in the deep one; each fault it can express must fail with
+the catalogue's codes (its README's table). The guard's evidence is tested both ways: a guard
+that shows a write into target_params fails EGF005, and a capture without its guards fails
+closed on step 0, where no snapshot proves the target unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+from cpu_standins import OUTSIDER, artifact
+
+from egf_audit.capture.audit import audit_capture
+from egf_audit.capture.cpu_capture import run_cpu_capture
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc is not on PATH: the outsider is built with it"
+)
+
+# what each capture of the outsider fails, with its layout file: its README's table ("expected
+# (default, layout)"; `--deep` adds EGF010 where the numbers differ from its oracle's)
+FAILS: dict[str, frozenset[str]] = {
+    "clean": frozenset(),
+    "fwd-k-sh2": frozenset({"EGF001", "EGF011"}),
+    "dw-k-sh2": frozenset({"EGF001", "EGF002", "EGF006", "EGF011"}),
+    "dx-k-sh2": frozenset({"EGF001", "EGF011"}),
+    "skip-scale": frozenset({"EGF003", "EGF004", "EGF008"}),
+    "cql-site-ungated": frozenset({"EGF003", "EGF004", "EGF008"}),
+    "scale-wrong-col": frozenset({"EGF003", "EGF004", "EGF008"}),
+    "skip-rebuild": frozenset({"EGF006"}),
+    "no-zero-d-h-s2": frozenset({"EGF007"}),
+    "accumulate-wire-col": frozenset({"EGF003", "EGF004", "EGF007"}),
+    "target-grad-leak": frozenset({"EGF005"}),
+    "polyak-tau-swap": frozenset({"EGF005"}),
+    "wrapper-on-main": frozenset({"EGF001", "EGF006", "EGF008", "EGF011"}),
+    "sn-vector-sh2": frozenset({"EGF001", "EGF011"}),
+    "scale-x-concat": frozenset({"EGF003", "EGF004", "EGF008"}),
+    "scale-dw-wire-col": frozenset({"EGF002", "EGF003", "EGF004", "EGF008"}),
+    "no-nan-branch": frozenset({"EGF003"}),
+    "dw-s1-k-short": frozenset({"EGF001"}),
+    "concat-up-down-swapped": frozenset({"EGF006"}),
+}
+# what the default capture structurally cannot decide (no adam_update; not deep)
+UNDECIDED = {"default": {"EGF009", "EGF010", "EGF013"}, "deep": {"EGF009"}}
+
+
+@cache
+def _capture(mode: str, fault: str, root: str) -> Path:
+    out = Path(root) / f"{mode}-{fault}"
+    layout = Path(root) / f"{mode}-{fault}.layout.json"
+    command = [str(artifact("outsider") / "outsider"), "--kernels", str(OUTSIDER / "kernels")]
+    command += ["--layout-out", str(layout)] + ([] if fault == "clean" else ["--fault", fault])
+    outcome = run_cpu_capture(command, out, None, layout, deep=mode == "deep")
+    assert outcome.exit_code == 0, outcome
+    return out
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("outsider"))
+
+
+def _statuses(folder: Path) -> dict[str, str]:
+    (process,) = audit_capture(folder, use_layout=True).processes
+    return {code: v.status for code, v in process.verdicts}
+
+
+@pytest.mark.parametrize("mode", ["default", "deep"])
+def test_the_clean_outsider_passes_every_decidable_invariant(root: str, mode: str) -> None:
+    statuses = _statuses(_capture(mode, "clean", root))
+    assert {c for c, s in statuses.items() if s != "pass"} == UNDECIDED[mode], statuses
+    assert {c for c, s in statuses.items() if s == "undecided"} == UNDECIDED[mode]
+
+
+@pytest.mark.parametrize("fault", sorted(set(FAILS) - {"clean"}))
+def test_each_outsider_fault_fails_with_its_catalogue_codes(root: str, fault: str) -> None:
+    statuses = _statuses(_capture("default", fault, root))
+    assert {c for c, s in statuses.items() if s == "fail"} == FAILS[fault], statuses
+
+
+def _events(folder: Path) -> Path:
+    (events,) = folder.glob("events-*.jsonl")
+    return events
+
+
+def _edited(root: str, tmp_path: Path, edit) -> Path:
+    """The default clean capture, copied, its events file rewritten line by line by `edit`
+    (None drops the line), the manifest's counts left as recorded."""
+    copy = tmp_path / "edited"
+    shutil.copytree(_capture("default", "clean", root), copy)
+    events = _events(copy)
+    lines = [edit(json.loads(line)) for line in events.read_text().splitlines()]
+    events.write_text("".join(json.dumps(e) + "\n" for e in lines if e is not None))
+    return copy
+
+
+def test_the_bias_kernels_are_guarded_and_write_nothing_of_the_target(root: str) -> None:
+    folder = _capture("default", "clean", root)
+    events = [json.loads(line) for line in _events(folder).read_text().splitlines()]
+    names = {e["seq"]: e["name"] for e in events if e["ev"] == "kernel"}
+    guards = [e for e in events if e["ev"] == "guard"]
+    guarded = {names[g["launch"]] for g in guards}
+    assert "dqn_bias_forward" in guarded
+    assert "polyak_ema" not in guarded  # a kernel egf-audit knows is judged by its contract
+    assert all(g["compared"] for g in guards)
+
+
+def test_a_guard_that_shows_a_write_into_the_target_fails_egf005(root: str, tmp_path) -> None:
+    layout = json.loads(next(_capture("default", "clean", root).glob("layout*.json")).read_text())
+    target = layout["buffers"]["target_params"]["address"]
+    seen = []
+
+    def edit(event: dict) -> dict:
+        # the first guard that compared the target's allocation now shows 4 bytes of it changed
+        if event["ev"] == "guard" and not seen:
+            holding = [b for b, n in event["compared"] if b <= target < b + n]
+            if holding:
+                seen.append(event["launch"])
+                event["changed"] = sorted([*event["changed"], [target, 4]])
+        return event
+
+    statuses = _statuses(_edited(root, tmp_path, edit))
+    assert seen
+    assert statuses["EGF005"] == "fail"
+
+
+def test_without_its_guards_the_target_forward_fails_closed(root: str, tmp_path) -> None:
+    folder = _edited(root, tmp_path, lambda e: None if e["ev"] == "guard" else e)
+    (process,) = audit_capture(folder, use_layout=True).processes
+    verdict = dict(process.verdicts)["EGF005"]
+    assert verdict.status == "fail"
+    assert "neither an observation of the launch nor a snapshot" in verdict.summary
