@@ -326,6 +326,8 @@ def _print_run(
             err(f"egf-audit: {outcome.typed_out} is up to date")
     for problem in report.problems():
         err(f"egf-audit: {problem}")
+    for reason in gate.undecided_reasons():  # an undecided invariant fails: say which and why
+        err(f"egf-audit: {reason}")
     if quiet:
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")
