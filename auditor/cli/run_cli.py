@@ -183,7 +183,9 @@ def run(
                 trace_out=trace,
                 output_format=output_format,
                 allow_undecided=allowed,
-                trainer=trainer_option(trainer or settings.trainer or "sp14"),
+                trainer=trainer_option(
+                    trainer if trainer is not None else settings.trainer or "sp14"
+                ),
             )
             outcome = capture_commands.run_capture_audit(capture_request)
         _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
