@@ -25,8 +25,12 @@ if TYPE_CHECKING:
 
 PASS, FAIL, WARN = "pass", "fail", "warn"
 # a capture gave the check nothing to judge (documented per invariant: `capture_undecidable`
-# and its capture check's docstring); never a rebuild verdict, never a pass
+# and its capture check's docstring); never a rebuild verdict, never a pass, and it fails the
+# gate unless allowed (invariants/undecided.py)
 UNDECIDED = "undecided"
+# an invariant about the SP14 wiring, on a captured process that is no SP14 trainer: neither
+# held nor undecided (`not_applicable` below); the summary opens with these words too
+NOT_APPLICABLE = "not applicable"
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Verdict:
     it through that type (`SiteFinding` below, EGF001's `OffendingLaunches`), so a key renamed
     on either side is a type error."""
 
-    status: str  # PASS, FAIL, WARN (EGF011 only) or UNDECIDED (a capture only)
+    status: str  # PASS, FAIL, WARN (EGF011 only); UNDECIDED or NOT_APPLICABLE (a capture only)
     summary: str  # one line, device-independent (see above)
     evidence: dict[str, Any] = field(default_factory=dict)  # JSON-serialisable numbers/strings
 
@@ -150,14 +154,11 @@ def undecided(summary: str, **evidence: Any) -> Verdict:
     return Verdict(UNDECIDED, summary, evidence)
 
 
-NOT_APPLICABLE = "not applicable"  # the summary's first words, and the evidence key
-
-
 def not_applicable(reason: str) -> Verdict:
     """An invariant about the SP14 wiring, on a captured process that is no SP14 trainer:
-    UNDECIDED (nothing of it to judge, never a pass), its summary opening "not applicable: "
-    and its evidence saying so, so every renderer shows it as the reason."""
-    return Verdict(UNDECIDED, f"{NOT_APPLICABLE}: {reason}", {"not_applicable": True})
+    NOT_APPLICABLE (nothing of it to judge: never a pass, and no undecided that the gate would
+    fail), its summary opening "not applicable: " and its evidence saying so."""
+    return Verdict(NOT_APPLICABLE, f"{NOT_APPLICABLE}: {reason}", {"not_applicable": True})
 
 
 def failed_with(problems: list[str], **evidence: Any) -> Verdict:

@@ -7,6 +7,8 @@ every summary that may quote one) is escaped (`markdown.text`): a layout file is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from egf_audit.reports.markdown import table, text
 from egf_audit.reports.model import (
     STATUS_LABEL,
@@ -15,6 +17,10 @@ from egf_audit.reports.model import (
     Gate,
     verdict_line,
 )
+from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED
+
+if TYPE_CHECKING:
+    from egf_audit.invariants import Result
 
 MAX_GEMMS_LISTED = 40
 
@@ -39,7 +45,7 @@ def render_capture_document(report: CaptureReport) -> str:
         rows = [
             [inv.code, text(inv.slug)]
             + [
-                STATUS_LABEL[r.verdict.status] if (r := report.result(inv.code, m)) else "—"
+                STATUS_LABEL[report.shown_status(r)] if (r := report.result(inv.code, m)) else "—"
                 for m in report.modes
             ]
             for inv in report.invariants
@@ -68,7 +74,7 @@ def _section(report: CaptureReport, section: CaptureSection) -> list[str]:
         "",
     ]
     rows = [
-        [r.code, STATUS_LABEL[r.verdict.status], text(r.verdict.summary)]
+        [r.code, STATUS_LABEL[report.shown_status(r)], text(_finding(report, r))]
         for inv in report.invariants
         if (r := report.result(inv.code, name)) is not None
     ]
@@ -82,6 +88,13 @@ def _section(report: CaptureReport, section: CaptureSection) -> list[str]:
     if len(unbound) > MAX_GEMMS_LISTED:
         lines.append(f"- ... and {len(unbound) - MAX_GEMMS_LISTED} more")
     return [*lines, ""]
+
+
+def _finding(report: CaptureReport, r: Result) -> str:
+    """The verdict's summary; for an allowed undecided one, why it is allowed first."""
+    if report.shown_status(r) != ALLOWED_UNDECIDED:
+        return r.verdict.summary
+    return f"{ALLOWED_UNDECIDED} ({report.why_allowed(r)}): {r.verdict.summary}"
 
 
 def capture_step_summary(gate: Gate) -> str:

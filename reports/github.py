@@ -5,7 +5,9 @@ appends it to $GITHUB_STEP_SUMMARY).
 An annotation carries `file=` and `line=` where a file is known, so GitHub shows it on the pull
 request's diff: the trainer's own kernel file (under `--kernels`) for a failure that involves
 that kernel, the document's first stale line for a stale document. EGF011's documented residual
-is a warning that holds: one `::notice`, not one `::warning` per mode.
+is a warning that holds: one `::notice`, not one `::warning` per mode. An UNDECIDED verdict the
+gate does not allow is an `::error` with the gate's reason; an allowed one is one `::notice` per
+invariant, saying why it is allowed (never that it holds).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from egf_audit.reports.blame import locations
 from egf_audit.reports.environment import environment_markdown
 from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, CaptureReport, Gate
+from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED
 from egf_audit.reports.wire_status import ROW_STATUS, wire_status
 from egf_audit.reports.workflow import command
 
@@ -55,6 +58,16 @@ def annotation_commands(
             )
     for problem in report.problems():
         lines.append(command("error", problem, title="egf-audit --capture"))
+    for reason, r in zip(gate.undecided_reasons(), report.undecided_failing, strict=True):
+        lines.append(command("error", reason, title=r.code))
+    allowed: dict[str, list[Result]] = {}
+    for r in report.undecided_allowed:
+        allowed.setdefault(r.code, []).append(r)
+    for code_, results in allowed.items():
+        modes = " and ".join(r.mode for r in results)
+        why = report.why_allowed(results[0]) if isinstance(report, CaptureReport) else ""
+        text = f"{ALLOWED_UNDECIDED}, not held ({modes}; {why}): {results[0].verdict.summary}"
+        lines.append(command("notice", text, title=code_))
     warned: dict[str, list[Result]] = {}
     for r in report.results:
         if r.verdict.status == WARN:
@@ -87,7 +100,9 @@ def step_summary(gate: Gate) -> str:
             inv.code,
             code(inv.slug),
             *[
-                STATUS_LABEL[r.verdict.status if (r := report.result(inv.code, m)) else "not run"]
+                STATUS_LABEL[
+                    report.shown_status(r) if (r := report.result(inv.code, m)) else "not run"
+                ]
                 for m in report.modes
             ],
         ]

@@ -43,6 +43,9 @@ def _verdicts(report: AuditReport | CaptureReport) -> list[dict[str, Any]]:
             "verdicts": {
                 mode: {
                     "status": r.verdict.status,
+                    # what the gate made of it: "allowed undecided" where an UNDECIDED verdict
+                    # is allowed, else the status itself ("undecided" then fails the gate)
+                    "gate_status": report.shown_status(r),
                     "summary": r.verdict.summary,
                     "evidence": jsonable(r.verdict.evidence),
                 }
@@ -73,6 +76,8 @@ def _gate_head(gate: Gate, schema: str, exit_code: int) -> dict[str, Any]:
         "verdict": gate.line(),
         "reasons": gate.reasons(),
         "invariants_ok": gate.report.ok,
+        "undecided_not_allowed": [f"{r.code}[{r.mode}]" for r in gate.report.undecided_failing],
+        "allowed_undecided": [f"{r.code}[{r.mode}]" for r in gate.report.undecided_allowed],
         "command": gate.report.command,
     }
 
@@ -83,6 +88,8 @@ def capture_report_dict(gate: Gate, report: CaptureReport, exit_code: int) -> di
         "incomplete": list(report.incomplete),
         "missing": list(report.missing),
         "not_audited": list(report.not_audited),
+        "trainer": report.trainer,
+        "not_applicable": [f"{r.code}[{r.mode}]" for r in report.not_applicable],
         "processes": jsonable(list(report.sections)),
         "run": jsonable(report.run_info),
         "invariants": _verdicts(report),

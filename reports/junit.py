@@ -2,7 +2,10 @@
 
 A failed verdict is a `<failure message=...>` carrying the invariant's one-line message and the
 verdict's summary; its body adds the evidence. A warning is a passing testcase whose
-`<system-out>` says why it warned, so CI dashboards show it without failing the build. With
+`<system-out>` says why it warned, so CI dashboards show it without failing the build. An
+UNDECIDED verdict that is not allowed is a `<failure type="InvariantUndecided">` with the gate's
+reason; an allowed one is `<skipped>` with why it is allowed, and so is a "not applicable" one
+with its reason. With
 --check one more testcase, `document-current`, fails while the committed document is stale; with
 compute-sanitizer findings that fail the gate, one more, `compute-sanitizer`, fails with them.
 """
@@ -13,10 +16,11 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from egf_audit.invariants.registry import FAIL, UNDECIDED, WARN
+from egf_audit.invariants.registry import FAIL, NOT_APPLICABLE, UNDECIDED, WARN
 from egf_audit.reports.controls import visible
 from egf_audit.reports.json_report import jsonable
-from egf_audit.reports.model import Gate
+from egf_audit.reports.model import CaptureReport, Gate
+from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED, undecided_reason
 
 # XML 1.0 cannot carry these characters at all, escaped or not.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -53,8 +57,10 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
         "testsuite",
         name="egf-audit",
         errors="0",
-        failures=str(len(report.failures) + int(gate.stale) + extra),
-        skipped=str(len(report.undecided)),
+        failures=str(
+            len(report.failures) + len(report.undecided_failing) + int(gate.stale) + extra
+        ),
+        skipped=str(len(report.undecided_allowed) + len(report.not_applicable)),
         tests=str(len(report.results) + int(gate.checked) + extra),
         time=f"{sum(seconds.values()):.3f}",
     )
@@ -78,7 +84,8 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
             f"{r.code} {slug} [{r.mode}]\n{message}\n\nsummary: {summary}\n"
             f"evidence: {evidence}\n\nSee `egf-audit explain {r.code}`."
         )
-        if r.verdict.status == FAIL:
+        status = report.shown_status(r)
+        if status == FAIL:
             failure = ET.SubElement(
                 case,
                 "failure",
@@ -86,10 +93,20 @@ def render_junit(gate: Gate, seconds: dict[str, float] | None = None) -> str:
                 type="InvariantFailed",
             )
             failure.text = clean(body)
-        elif r.verdict.status == WARN:
+        elif status == WARN:
             out = ET.SubElement(case, "system-out")
             out.text = clean(f"warning: {body}")
-        elif r.verdict.status == UNDECIDED:
+        elif status == UNDECIDED:  # not allowed: nothing decided it, and that fails the gate
+            section = report.section(r.mode) if isinstance(report, CaptureReport) else None
+            reason = shown(undecided_reason(r, section["layout"] if section else None))
+            failure = ET.SubElement(
+                case, "failure", message=clean(reason), type="InvariantUndecided"
+            )
+            failure.text = clean(body)
+        elif status == ALLOWED_UNDECIDED and isinstance(report, CaptureReport):
+            why = shown(report.why_allowed(r))
+            ET.SubElement(case, "skipped", message=clean(f"{ALLOWED_UNDECIDED} ({why}): {summary}"))
+        elif status == NOT_APPLICABLE:
             ET.SubElement(case, "skipped", message=clean(summary))
     if problems:
         case = ET.SubElement(

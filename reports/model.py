@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED, WARN
+from egf_audit.invariants.registry import FAIL, NOT_APPLICABLE, PASS, UNDECIDED, WARN
+from egf_audit.invariants.undecided import CAPTURE, why_allowed
+from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED, undecided_reason
 
 if TYPE_CHECKING:
     from egf_audit.invariants import Result
@@ -25,7 +27,9 @@ STATUS_LABEL = {
     PASS: "✅ pass",
     FAIL: "❌ fail",
     WARN: "⚠️ warn",
-    UNDECIDED: "➖ undecided",
+    UNDECIDED: "❓ undecided",  # fails the gate: nothing decided it
+    ALLOWED_UNDECIDED: "➖ allowed undecided",  # the mode cannot decide it, or the user allowed it
+    NOT_APPLICABLE: "⚪ not applicable",
     NOT_RUN: "—",
 }
 
@@ -58,6 +62,7 @@ class CaptureSection(TypedDict):
     sites: int
     layout: str  # "file" or "inferred": what named the pointers
     layout_note: str  # why the layout file was not used for it, if it was not
+    mode: str  # "capture" or "capture --deep" (invariants/undecided.py): what it can decide
     naming: list[NamedBuffer]
     gemms_not_judged: list[str]  # GEMMs with operands no buffer name covers
 
@@ -86,12 +91,36 @@ class _Verdicts:
     def undecided(self) -> list[Result]:
         return [r for r in self.results if r.verdict.status == UNDECIDED]
 
+    def allowed_in(self, mode: str) -> frozenset[str]:
+        """The codes that may stay UNDECIDED in `mode`: none in the rebuild, which decides
+        every invariant (invariants/undecided.py)."""
+        return frozenset()
+
+    def shown_status(self, r: Result) -> str:
+        """The status every output shows: the verdict's, ALLOWED_UNDECIDED for an allowed
+        UNDECIDED one (never shown as held)."""
+        allowed = r.verdict.status == UNDECIDED and r.code in self.allowed_in(r.mode)
+        return ALLOWED_UNDECIDED if allowed else r.verdict.status
+
+    @property
+    def undecided_allowed(self) -> list[Result]:
+        return [r for r in self.results if self.shown_status(r) == ALLOWED_UNDECIDED]
+
+    @property
+    def undecided_failing(self) -> list[Result]:
+        """UNDECIDED and not allowed: each fails the gate."""
+        return [r for r in self.results if self.shown_status(r) == UNDECIDED]
+
+    @property
+    def not_applicable(self) -> list[Result]:
+        return [r for r in self.results if r.verdict.status == NOT_APPLICABLE]
+
     @property
     def ok(self) -> bool:
-        """Every invariant holds; a warning counts as holding, and so does an invariant a
-        capture documents as undecidable for its input. (The gate adds the rest: the cuBLAS
-        witness, a stale document, what makes a capture incomplete.)"""
-        return not self.failures
+        """Every invariant holds or is allowed undecided; a warning counts as holding. (The
+        gate adds the rest: the cuBLAS witness, a stale document, what makes a capture
+        incomplete.)"""
+        return not self.failures and not self.undecided_failing
 
     def invariant(self, code: str) -> Invariant | None:
         return next((inv for inv in self.invariants if inv.code == code), None)
@@ -151,6 +180,10 @@ class CaptureReport(_Verdicts):
     incomplete: tuple[str, ...] = ()  # what makes the capture incomplete: fails the gate
     missing: tuple[str, ...] = ()  # no process is an SP14 trainer: fails the gate
     not_audited: tuple[str, ...] = ()  # processes with no ABI launch
+    # section -> the codes that may stay UNDECIDED there (its mode's default and the user's)
+    allowed: dict[str, frozenset[str]] = field(default_factory=dict)
+    allowed_given: frozenset[str] = frozenset()  # what --allow-undecided / the table added
+    trainer: str = "sp14"  # "generic": a program that is no SP14 trainer by design
     command: str = "egf-audit run --capture DIR"
     version: str = ""
     run_info: RunInfo = field(default_factory=lambda: RunInfo())  # the folder, pids: not in the doc
@@ -160,6 +193,18 @@ class CaptureReport(_Verdicts):
     @property
     def witness_ok(self) -> bool:
         return True
+
+    def allowed_in(self, mode: str) -> frozenset[str]:
+        return self.allowed.get(mode, frozenset())
+
+    def section(self, mode: str) -> CaptureSection | None:
+        return next((s for s in self.sections if s["section"] == mode), None)
+
+    def why_allowed(self, r: Result) -> str:
+        """Why an allowed UNDECIDED verdict may stay undecided, in words."""
+        section = self.section(r.mode)
+        mode = section["mode"] if section else CAPTURE
+        return why_allowed(r.code, mode, self.allowed_given) or "allowed"
 
     def problems(self) -> list[str]:
         return [*self.missing, *self.incomplete]
@@ -177,29 +222,48 @@ def verdict_line(report: AuditReport | CaptureReport) -> str:
             line += f" (warning, not a failure: {codes})"
         return line
     failed = [f"{r.code}[{r.mode}]" for r in report.failures]
-    return f"FAIL: {len(failed)} of {len(report.results)} verdicts failed: " + ", ".join(failed)
+    line = f"FAIL: {len(failed)} of {len(report.results)} verdicts failed: " + ", ".join(failed)
+    return line + _undecided_part(report)
+
+
+def _undecided_part(report: AuditReport | CaptureReport) -> str:
+    """ "; N undecided and not allowed: CODE[mode], ..." where any is, else ""."""
+    failing = [f"{r.code}[{r.mode}]" for r in report.undecided_failing]
+    return f"; {len(failing)} undecided and not allowed: {', '.join(failing)}" if failing else ""
+
+
+def _who(report: CaptureReport) -> str:
+    """A generic program where the SP14 invariants did not apply; an SP14 process audited
+    under --trainer generic is still judged, and named, as a trainer."""
+    generic = report.trainer == "generic" and bool(report.not_applicable)
+    return "generic program" if generic else "trainer process"
 
 
 def _capture_line(report: CaptureReport) -> str:
     problems = report.problems()
     if report.missing:
         return _no_trainer_line(report)
-    if problems or report.failures:
+    if problems or report.failures or report.undecided_failing:
         parts = []
         if report.failures:
             failed = ", ".join(f"{r.code}[{r.mode}]" for r in report.failures)
             parts.append(
                 f"{len(report.failures)} of {len(report.results)} verdicts failed: {failed}"
             )
+        if report.undecided_failing:
+            parts.append(_undecided_part(report).removeprefix("; "))
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             parts.append(f"{problems[0]}{more}")
-        return "FAIL: trainer process: " + "; ".join(parts)
+        return f"FAIL: {_who(report)}: " + "; ".join(parts)
     held = sum(r.verdict.status in (PASS, WARN) for r in report.results)
-    line = f"PASS: trainer process: {held} verdicts hold in {' and '.join(report.modes)}"
-    if report.undecided:
-        codes = ", ".join(sorted({r.code for r in report.undecided}))
-        line += f"; {len(report.undecided)} cannot be decided from this capture ({codes})"
+    held_words = "1 verdict holds" if held == 1 else f"{held} verdicts hold"
+    line = f"PASS: {_who(report)}: {held_words} in {' and '.join(report.modes)}"
+    if allowed := report.undecided_allowed:
+        codes = ", ".join(sorted({r.code for r in allowed}))
+        line += f"; {len(allowed)} allowed undecided ({codes})"
+    if report.not_applicable:
+        line += f"; {len(report.not_applicable)} not applicable (SP14 invariants)"
     return line
 
 
@@ -248,10 +312,21 @@ class Gate:
             and not self.report.problems()
         )
 
+    def undecided_reasons(self) -> list[str]:
+        """Why each UNDECIDED verdict that is not allowed fails the gate, in the order of
+        `report.undecided_failing`."""
+        report = self.report
+        return [
+            undecided_reason(r, section["layout"] if section else None)
+            for r in report.undecided_failing
+            for section in [report.section(r.mode) if isinstance(report, CaptureReport) else None]
+        ]
+
     def reasons(self) -> list[str]:
         """Why the gate fails, one sentence each; [] when it passes."""
         out = list(self.report.problems())
         out += [f"{r.code}[{r.mode}] failed: {r.verdict.summary}" for r in self.report.failures]
+        out += self.undecided_reasons()
         if not self.report.witness_ok:
             out.append("the cuBLAS witness disagrees with the recorded SGEMMs")
         if self.stale:

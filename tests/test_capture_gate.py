@@ -166,7 +166,8 @@ LLMC = DATA / "llmc" / "recorded"
 NO_TRAINER = (
     "FAIL: no process is an SP14 trainer: none of the ABI kernels (sp14_dir_concat_qaux, "
     "sp14_scale_wire_col, accumulate_d_h_s2_from_concat, polyak_ema) was launched in the 1 "
-    "recorded process"
+    "recorded process (a program that is no SP14 trainer by design is audited with --trainer "
+    "generic)"
 )
 
 

@@ -75,15 +75,20 @@ def _kernel_events(folder: Path) -> list[dict]:
 def test_the_runtime_trainer_gets_the_driver_api_stand_ins_verdicts(fault, use_layout):
     recorded = _statuses(RUNTIME / f"rt-{fault}", use_layout)
     assert recorded == _statuses(DATA / fault, use_layout)
-    assert _audit(RUNTIME / f"rt-{fault}", use_layout).ok is (fault == "clean")
+    # by inference EGF001, EGF002 and EGF009 stay undecided, which fails the gate
+    assert _audit(RUNTIME / f"rt-{fault}", use_layout).ok is (fault == "clean" and use_layout)
 
 
 @pytest.mark.parametrize("name", CLEAN_VARIANTS)
 def test_every_build_of_the_clean_runtime_trainer_passes_the_gate(name):
     for use_layout in (True, False):
         audit = _audit(RUNTIME / name, use_layout)
-        assert audit.ok and not audit.incomplete and not audit.missing
+        assert not audit.incomplete and not audit.missing and not audit.failed_codes()
         assert _statuses(RUNTIME / name, use_layout) == _statuses(DATA / "clean", use_layout)
+        (process,) = audit.processes
+        # names inferred: what a layout file decides stays undecided, and fails the gate
+        failing = set() if use_layout else {"EGF001", "EGF002", "EGF009"}
+        assert set(process.undecided_failing) == failing and audit.ok is use_layout
 
 
 @pytest.mark.parametrize("name", CLEAN_VARIANTS)
@@ -127,7 +132,7 @@ def test_the_gemm_probe_binds_every_entry_point_and_passes_the_generic_check():
     assert not audit.ok
     assert any("no process is an SP14 trainer" in m for m in audit.missing)
     status, summary = _verdict(RUNTIME / "probe", "EGF007")
-    assert status == "undecided" and summary.startswith("not applicable")
+    assert status == "not applicable" and summary.startswith("not applicable")
     # containment needs no SP14 name, but this capture is not deep
     status, summary = _verdict(RUNTIME / "probe", "EGF013")
     assert status == "undecided" and summary.startswith("not a deep capture")
@@ -176,6 +181,58 @@ def test_llmc_one_token_in_matmul_backward_is_caught_by_the_generic_egf001():
     assert _verdict(LLMC / "llmc-planted", "EGF001", use_layout=False)[0] == "pass"
 
 
+def _generic(folder: Path, use_layout: bool = True) -> CaptureAudit:
+    return audit_capture(folder, use_layout=use_layout, trainer="generic")
+
+
+@pytest.mark.parametrize("use_layout", [True, False], ids=["layout-file", "inferred"])
+@pytest.mark.parametrize("name", ["llmc", "llmc-deep"])
+def test_llmc_unmodified_passes_as_a_generic_program(name, use_layout):
+    """--trainer generic: llm.c is no SP14 trainer by design. EGF001 decides and holds; EGF013
+    holds where the capture is deep and is allowed undecided where it is not; the eleven SP14
+    invariants are not applicable, never held."""
+    audit = _generic(LLMC / name, use_layout)
+    assert audit.ok and not audit.missing and not audit.incomplete
+    (process,) = audit.processes
+    statuses = {code: v.status for code, v in process.verdicts}
+    assert statuses.pop("EGF001") == "pass"
+    assert statuses.pop("EGF013") == ("pass" if name == "llmc-deep" else "undecided")
+    assert set(statuses.values()) == {"not applicable"} and len(statuses) == 11
+    assert process.allowed == (frozenset() if name == "llmc-deep" else {"EGF010", "EGF013"})
+
+
+def test_llmc_planted_fails_as_a_generic_program():
+    audit = _generic(LLMC / "llmc-planted")
+    assert not audit.ok and audit.failed_codes() == {"EGF001"} and not audit.missing
+
+
+@pytest.mark.parametrize(
+    ("folder", "ok"),
+    [
+        (DATA / "not-a-trainer", True),
+        (RUNTIME / "probe", True),
+        (RUNTIME / "probe-k-short", False),
+        (RUNTIME / "probe-ld-long", False),
+    ],
+)
+def test_the_generic_gate_passes_a_held_program_and_fails_a_planted_one(folder, ok):
+    audit = _generic(folder)
+    assert audit.ok is ok and audit.missing == []
+    assert audit.failed_codes() == (set() if ok else {"EGF001"})
+    assert not _audit(folder, True).ok  # the default --trainer sp14: no SP14 trainer in it
+
+
+def test_generic_still_judges_an_sp14_process_as_a_trainer():
+    """A process that launched the ABI kernels is judged on all 13 under --trainer generic: a
+    settings file cannot turn an SP14 trainer's invariants into "not applicable"."""
+    for fault in ("clean", "skip-rebuild"):
+        generic = _generic(RUNTIME / f"rt-{fault}")
+        assert _statuses(RUNTIME / f"rt-{fault}", True) == {
+            code: v.status for code, v in generic.processes[0].verdicts
+        }
+        assert generic.ok is (fault == "clean")
+
+
 @pytest.mark.parametrize(("name", "mode"), [("rt-gemm-lt", 0), ("rt-gemm-lt-device", 1)])
 def test_the_cublaslt_trainer_s_scalars_are_read_and_it_passes(name, mode):
     """cuBLASLt's API log never prints alpha and beta: the recorder, preloaded, reads them in
@@ -216,10 +273,14 @@ def test_a_cublaslt_call_without_its_scalars_fails_egf007_closed(tmp_path):
 DEEP = DATA / "deep"
 
 
-def test_the_deep_stand_in_decides_twelve_invariants_and_passes():
-    """Recorded before the deep capture kept values: EGF010 is UNDECIDED, saying so."""
+def test_the_deep_stand_in_decides_twelve_invariants_and_passes_where_egf010_is_allowed():
+    """Recorded before the deep capture kept values: EGF010 is UNDECIDED, saying so. A deep
+    capture allows nothing undecided by default, so the gate fails it unless the user allows
+    EGF010."""
     audit = _audit(DEEP / "clean", True)
-    assert audit.ok, audit.incomplete
+    assert not audit.ok and not audit.failed_codes() and not audit.incomplete
+    assert audit.processes[0].undecided_failing == ["EGF010"]
+    assert audit_capture(DEEP / "clean", allow=frozenset({"EGF010"})).ok
     statuses = _statuses(DEEP / "clean", True)
     assert {k for k, v in statuses.items() if v != "pass"} == {"EGF010"}
     status, summary = _verdict(DEEP / "clean", "EGF010")

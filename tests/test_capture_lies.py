@@ -126,6 +126,15 @@ def test_run_capture_fails_each_lie(name: str, with_layout: bool, tmp_path: Path
         assert audit.incomplete and not audit.ok
         assert any(line in result.output for line in audit.incomplete), result.output
         return
+    if expected == lies.PASSES and not with_layout:
+        # a control by inference: nothing fails, and what only a layout file decides (EGF001's
+        # unnamed operands, EGF002's and EGF009's tables) stays undecided, failing the gate
+        assert result.exit_code == 1, result.output
+        assert not audit.ok and not audit.failed_codes() and not audit.incomplete
+        undecided = {code for p in audit.processes for code in p.undecided_failing}
+        assert undecided == {"EGF001", "EGF002", "EGF009"}, undecided
+        assert "EGF001[process 1] is undecided by inference" in result.output
+        return
     if expected == lies.PASSES:
         assert result.exit_code == 0, result.output
         assert audit.ok and not audit.failed_codes() and not audit.incomplete

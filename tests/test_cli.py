@@ -308,6 +308,7 @@ def test_json_carries_verdicts_evidence_config_environment_kernels(fake):
     egf004 = next(i for i in data["invariants"] if i["code"] == "EGF004")
     assert egf004["verdicts"]["live"] == {
         "status": "fail",
+        "gate_status": "fail",
         "summary": "fake verdict: fail",
         "evidence": {"measured": 0.5, "mode": "live"},
     }

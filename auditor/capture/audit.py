@@ -1,7 +1,10 @@
 """`egf-audit run --capture DIR`: every invariant a capture can decide, judged on every process
 of the capture folder that launched an ABI kernel; a process that launched none but ran cuBLAS
 GEMMs gets the checks that need no SP14 name, the rest not applicable (and the gate still fails
-a capture in which no process is an SP14 trainer).
+a capture in which no process is an SP14 trainer, unless `trainer="generic"` says the program
+is no SP14 trainer by design). An UNDECIDED verdict fails the gate unless it is allowed
+(invariants/undecided.py): by default what the capture's mode structurally cannot decide, plus
+the codes the user names.
 
 The judging itself lives in the invariant registry (each entry's `capture` check, beside its
 rebuild check, egf_audit.invariants); this module reads the folder, names each process's
@@ -12,12 +15,13 @@ what makes the capture incomplete. Rendering and the gate are the rebuild's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, Verdict
+from egf_audit.invariants.undecided import allowed_by_default, capture_mode, not_allowed
 from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, ProcessCapture
 
 from .convert import to_trace
@@ -37,6 +41,13 @@ class ProcessAudit:
     capture: CaptureTrace
     verdicts: tuple[tuple[str, Verdict], ...]  # (code, verdict) in registry order
     layout_note: str = ""  # why the layout file was not used for it, if it was not
+    mode: str = "capture"  # its capture mode (invariants/undecided.py): "capture --deep" if deep
+    allowed: frozenset[str] = frozenset()  # the codes that may stay UNDECIDED in it
+
+    @property
+    def undecided_failing(self) -> list[str]:
+        """Its UNDECIDED verdicts that are not allowed: each fails the gate."""
+        return not_allowed(self.verdicts, self.allowed)
 
     @property
     def unresolved_gemms(self) -> list[int]:
@@ -54,10 +65,12 @@ class CaptureAudit:
     not_audited: list[str] = field(default_factory=list)  # processes with no ABI launch
     incomplete: list[str] = field(default_factory=list)  # the capture cannot be complete
     missing: list[str] = field(default_factory=list)  # what makes it no SP14 trainer
+    trainer: str = "sp14"  # "generic": no process need be an SP14 trainer
 
     @property
     def ok(self) -> bool:
-        return not (self.incomplete or self.missing or self.failed_codes())
+        undecided = any(p.undecided_failing for p in self.processes)
+        return not (self.incomplete or self.missing or self.failed_codes() or undecided)
 
     def failed_codes(self) -> set[str]:
         """The invariants that fail in any audited process."""
@@ -181,15 +194,28 @@ def _incomplete(proc: ProcessCapture, section: str, found: CaptureFolder) -> lis
     return out
 
 
-def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
+TRAINERS = ("sp14", "generic")
+
+
+def audit_capture(
+    folder: Path,
+    use_layout: bool = True,
+    allow: frozenset[str] = frozenset(),
+    trainer: str = "sp14",
+) -> CaptureAudit:
     """Read a capture folder and decide. `use_layout=False` ignores a layout file (inference).
-    A file that cannot be read whole, or a folder that disagrees with its manifest, is refused
-    (UsageError, exit 2)."""
+    `allow`: the codes the user allows undecided, beside what the capture's mode cannot decide.
+    `trainer="generic"`: a program that is no SP14 trainer by design, judged by the checks that
+    need no SP14 name; a process that launched ABI kernels is still judged as one. A file that
+    cannot be read whole, or a folder that disagrees with its manifest, is refused (UsageError,
+    exit 2)."""
+    if trainer not in TRAINERS:
+        raise UsageError(f"trainer {trainer!r}: choose from {', '.join(TRAINERS)}")
     found = read_folder(Path(folder))
     procs, manifest = found.processes, found.manifest
     given = load_layout_file(found.layout) if use_layout and found.layout else None
     audited_pid = found.audited_pid if manifest is not None else audited_process(procs).pid
-    audit = CaptureAudit(found.folder)
+    audit = CaptureAudit(found.folder, trainer=trainer)
     if manifest is None:
         audit.incomplete.append("no manifest.json: the command and how it ended are unknown")
     elif manifest.exit_code != 0:
@@ -206,16 +232,24 @@ def audit_capture(folder: Path, use_layout: bool = True) -> CaptureAudit:
             )
             audit.incomplete += _incomplete(proc, section, found)
             continue
-        if abi_launches(proc):
-            audit.processes.append(audit_process(proc, section, given, audited))
-        else:
-            audit.processes.append(audit_other_process(proc, section, given, audited))
+        judge = audit_process if abi_launches(proc) else audit_other_process
+        judged = judge(proc, section, given, audited)
+        # a capture asked for --deep allows nothing by default, recorded deep or not
+        mode = capture_mode(proc.deep or (manifest is not None and manifest.deep))
+        allowed = allowed_by_default(mode) | allow
+        audit.processes.append(replace(judged, mode=mode, allowed=allowed))
         if (graphs := graph_words(proc)) is not None:
             audit.incomplete.append(f"{section}: {graphs}")
         audit.incomplete += _incomplete(proc, section, found)
-    if not any(p.capture.sp14 for p in audit.processes):
+    if trainer == "generic" and not audit.processes:
+        audit.missing.append(
+            f"no process ran a cuBLAS GEMM or an ABI kernel in the {len(procs)} recorded "
+            f"process{'es' * (len(procs) != 1)}: nothing for the generic checks to judge"
+        )
+    elif trainer == "sp14" and not any(p.capture.sp14 for p in audit.processes):
         audit.missing.append(
             f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "
-            f"was launched in the {len(procs)} recorded process{'es' * (len(procs) != 1)}"
+            f"was launched in the {len(procs)} recorded process{'es' * (len(procs) != 1)} (a "
+            "program that is no SP14 trainer by design is audited with --trainer generic)"
         )
     return audit

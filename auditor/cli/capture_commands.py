@@ -36,6 +36,8 @@ class CaptureRequest:
     trace_out: Path | None = None
     output_format: str = "text"
     use_layout: bool = True
+    allow_undecided: frozenset[str] = frozenset()  # codes allowed UNDECIDED beside the mode's
+    trainer: str = "sp14"  # "generic": a program that is no SP14 trainer by design
     root: Path | None = None  # what the document's paths are relative to (None: see paths.py)
 
     @property
@@ -53,6 +55,10 @@ class CaptureRequest:
         --out relative to the repository root, as the rebuild's document spells it."""
         out = shown(self.out, self.base)
         spelled = "" if Path(out) == DEFAULT_CAPTURE_OUT else f" --out {out}"
+        if self.trainer != "sp14":
+            spelled += f" --trainer {self.trainer}"
+        if self.allow_undecided:
+            spelled += f" --allow-undecided {','.join(sorted(self.allow_undecided))}"
         return f"egf-audit run --capture CAPTURE_DIR{spelled}"
 
 
@@ -79,6 +85,7 @@ def _section(p: ProcessAudit) -> CaptureSection:
         "sites": len(ct.sites),
         "layout": "file" if ct.layout.from_file else "inferred",
         "layout_note": p.layout_note,
+        "mode": p.mode,
         "naming": ct.layout.naming(),
         "gemms_not_judged": [
             f"launch {i} (step {ct.trace.launches[i].step}, {ct.trace.launches[i].label})"
@@ -87,7 +94,9 @@ def _section(p: ProcessAudit) -> CaptureSection:
     }
 
 
-def capture_report(audit: CaptureAudit, command: str) -> CaptureReport:
+def capture_report(
+    audit: CaptureAudit, command: str, given: frozenset[str] = frozenset()
+) -> CaptureReport:
     results = tuple(
         Result(code, p.section, verdict) for p in audit.processes for code, verdict in p.verdicts
     )
@@ -99,6 +108,9 @@ def capture_report(audit: CaptureAudit, command: str) -> CaptureReport:
         incomplete=tuple(audit.incomplete),
         missing=tuple(audit.missing),
         not_audited=tuple(audit.not_audited),
+        allowed={p.section: p.allowed for p in audit.processes},
+        allowed_given=given,
+        trainer=audit.trainer,
         command=command,
         version=__version__,
         run_info={
@@ -111,8 +123,8 @@ def capture_report(audit: CaptureAudit, command: str) -> CaptureReport:
 def run_capture_audit(req: CaptureRequest) -> RunOutcome:
     check_distinct(req.outputs())
     _refuse_outputs_inside(req)
-    audit = audit_capture(req.folder, use_layout=req.use_layout)
-    report = capture_report(audit, req.command())
+    audit = audit_capture(req.folder, req.use_layout, req.allow_undecided, req.trainer)
+    report = capture_report(audit, req.command(), req.allow_undecided)
     document = render_capture_document(report)
     gate = document_gate(report, document, req.out, req.check, req.base)
     outcome = RunOutcome(gate, document, exit_code=0 if gate.ok else 1)

@@ -7,6 +7,8 @@
     out = "docs/dqn-wire-up-audit.md"
     device = "cpu"
     capture = "captures/trainer"
+    trainer = "generic"       # run --capture: a program that is no SP14 trainer by design
+    allow-undecided = ["EGF002"]  # run --capture: codes that may stay undecided
 
 Found as ruff and black find theirs: from the working folder upwards, the first folder with an
 `egf-audit.toml`, or a `pyproject.toml` that has the table, wins; the search stops at the
@@ -50,6 +52,9 @@ TEXT_KEYS = ("preset", "device")
 DEVICES = ("auto", "cuda", "cpu")
 # what a capture audit cannot use: naming them beside `capture` would be ignored by a bare run
 REBUILD_KEYS = ("kernels", "config", "preset", "device")
+# what shapes a capture audit's gate (cli/gate_options.py); the rebuild decides every invariant
+# of the SP14 step it runs, so it reads neither
+GATE_KEYS = ("trainer", "allow-undecided")
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class ProjectSettings:
     out: Path | None = None
     device: str | None = None
     capture: Path | None = None
+    trainer: str | None = None
+    allow_undecided: frozenset[str] | None = None  # the table's `allow-undecided`
     text: str = field(default="", repr=False, compare=False)  # the file's text, for key lines
 
     @property
@@ -218,12 +225,15 @@ def _settings(file: Path, text: str, table: object, bound: Path | None) -> Proje
 
     if not isinstance(table, dict):
         raise refuse("must be a table of settings")
-    known = (*PATH_KEYS, *TEXT_KEYS)
+    known = (*PATH_KEYS, *TEXT_KEYS, *GATE_KEYS)
     unknown = sorted(set(table) - set(known))
     if unknown:
         raise refuse(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})", unknown[0])
     values: dict[str, Any] = {}
     for key, value in table.items():
+        if key in GATE_KEYS:
+            values[key.replace("-", "_")] = _gate_value(key, value, refuse)
+            continue
         if not isinstance(value, str) or not value.strip():
             raise refuse(f"{key} must be a non-empty string, got {value!r}", key)
         values[key] = (file.parent / value).absolute() if key in PATH_KEYS else value
@@ -253,6 +263,24 @@ def _settings(file: Path, text: str, table: object, bound: Path | None) -> Proje
                 "capture",
             )
     return ProjectSettings(root=file.parent.absolute(), file=file.absolute(), text=text, **values)
+
+
+def _gate_value(key: str, value: object, refuse: Any) -> object:
+    """`trainer` or `allow-undecided`, checked as the command line's option is."""
+    from egf_audit.cli.gate_options import codes_problem, shown_value, trainer_problem
+
+    if key == "trainer":
+        if problem := trainer_problem(value):
+            raise refuse(f"trainer: {problem}", key)
+        return value
+    if not isinstance(value, list):
+        raise refuse(
+            f'allow-undecided must be a list of codes (["EGF010"]), got {shown_value(value)}', key
+        )
+    codes, problem = codes_problem(value)
+    if problem:
+        raise refuse(f"allow-undecided: {problem}", key)
+    return codes
 
 
 def given(ctx: typer.Context, name: str) -> bool:

@@ -94,6 +94,26 @@ def run(
             metavar="DIR",
         ),
     ] = None,
+    trainer: Annotated[
+        str | None,
+        typer.Option(
+            "--trainer",
+            help="With --capture: sp14 (default; the gate fails when no process is an SP14 "
+            "trainer) or generic (a program that is no SP14 trainer by design: the checks that "
+            "need no SP14 name decide, the SP14 invariants are not applicable).",
+            metavar="sp14|generic",
+        ),
+    ] = None,
+    allow_undecided: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-undecided",
+            help="With --capture: let these invariants stay undecided without failing the gate "
+            "(repeatable, or a comma list); by default only what the capture's mode cannot "
+            "decide is allowed (EGF010 and EGF013 without --deep).",
+            metavar="CODE[,CODE]",
+        ),
+    ] = None,
     launch_timeout: LaunchTimeout = None,
     isolated: Isolated = False,
     base: Annotated[
@@ -146,6 +166,11 @@ def run(
             check_output_format(output_format)
             refuse_for_capture(ctx, settings)
             from egf_audit.cli import capture_commands
+            from egf_audit.cli.gate_options import allowed_option, trainer_option
+
+            allowed = settings.allow_undecided or frozenset()
+            if allow_undecided:  # the command line's codes add to the table's
+                allowed |= allowed_option(allow_undecided)
 
             default_out = settings.out or settings.root / capture_commands.DEFAULT_CAPTURE_OUT
             capture_request = capture_commands.CaptureRequest(
@@ -157,11 +182,16 @@ def run(
                 junit_out=junit,
                 trace_out=trace,
                 output_format=output_format,
+                allow_undecided=allowed,
+                trainer=trainer_option(
+                    trainer if trainer is not None else settings.trainer or "sp14"
+                ),
             )
             outcome = capture_commands.run_capture_audit(capture_request)
         _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace)
     with exit_codes(debug), settings.naming(from_settings):
         check_output_format(output_format)
+        refuse_for_rebuild(ctx)
         from egf_audit.cli import commands  # torch, numpy and the pipeline load here
 
         request = commands.RunRequest(
@@ -224,6 +254,26 @@ def refuse_for_capture(ctx: typer.Context, settings: ProjectSettings) -> None:
         raise settings.at(error, "capture") if source else error
 
 
+# options of `run` that shape a capture's gate only: the rebuild runs the SP14 step itself and
+# decides every invariant of it, so nothing in it is undecided and it is an SP14 trainer
+CAPTURE_ONLY = ("trainer", "allow_undecided")
+
+
+def refuse_for_rebuild(ctx: typer.Context) -> None:
+    """--trainer or --allow-undecided without --capture: exit 2 rather than silently ignored
+    (the table's `trainer` and `allow-undecided` wait for a `run --capture`)."""
+    from egf_audit.errors import UsageError
+
+    named = [name for name in CAPTURE_ONLY if given(ctx, name)]
+    if named:
+        flags = " and ".join("--" + name.replace("_", "-") for name in named)
+        raise UsageError(
+            f"{flags} shape{'s' * (len(named) == 1)} the gate of run --capture DIR: the rebuild "
+            "runs the SP14 step itself and decides every invariant, so nothing in it is allowed "
+            "undecided (docs/ci-gate.md)"
+        )
+
+
 def _finish(outcome, stdout, stderr, quiet, output_format, json_out, junit, trace) -> None:
     # stdout carrying JSON, JUnit or a trace must parse: the human part goes to stderr then
     machine = output_format in ("json", "junit") or STDOUT in map(str, (json_out, junit, trace))
@@ -278,6 +328,8 @@ def _print_run(
             err(f"egf-audit: {outcome.typed_out} is up to date")
     for problem in report.problems():
         err(f"egf-audit: {problem}")
+    for reason in gate.undecided_reasons():  # an undecided invariant fails: say which and why
+        err(f"egf-audit: {reason}")
     if quiet:
         for r in report.failures:
             err(f"{r.code}[{r.mode}] failed: {r.verdict.summary}")

@@ -15,8 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from egf_audit.cli.options import NARROW
-from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED, WARN
+from egf_audit.invariants.registry import FAIL, NOT_APPLICABLE, PASS, UNDECIDED, WARN
 from egf_audit.reports.model import AuditReport, CaptureReport
+from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED
 
 if TYPE_CHECKING:
     from egf_audit.scenarios.mutants import MutantsResult
@@ -25,7 +26,9 @@ STATUS_STYLE = {
     PASS: ("pass", "green"),
     FAIL: ("FAIL", "bold red"),
     WARN: ("warn", "yellow"),
-    UNDECIDED: ("undecided", "dim"),
+    UNDECIDED: ("UNDECIDED", "bold red"),  # fails the gate
+    ALLOWED_UNDECIDED: ("allowed undecided", "dim"),
+    NOT_APPLICABLE: ("not applicable", "dim"),
 }
 
 
@@ -56,7 +59,7 @@ def verdict_table(report: AuditReport | CaptureReport) -> Table:
         cells = []
         for mode in report.modes:
             r = report.result(inv.code, mode)
-            cells.append(status_text(r.verdict.status if r else None))
+            cells.append(status_text(report.shown_status(r) if r else None))
         notes = "\n".join(_notes(report, inv.code))
         table.add_row(Text(inv.code), Text(inv.slug), *cells, Text(notes))
     return table
@@ -69,7 +72,7 @@ def verdict_lines(report: AuditReport | CaptureReport) -> list[Text]:
         line = Text(f"{inv.code} {inv.slug}:")
         for mode in report.modes:
             r = report.result(inv.code, mode)
-            line += Text(f" {mode} ") + status_text(r.verdict.status if r else None)
+            line += Text(f" {mode} ") + status_text(report.shown_status(r) if r else None)
         lines.append(line)
         lines += [Text(f"  {note}") for note in _notes(report, inv.code)]
     return lines
