@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.capture_allocations import Allocation
+from egf_audit.runtime.capture_spans import whole_buffers
 from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
@@ -252,11 +253,20 @@ def _undecided_operand(ct: CaptureTrace, b: Binding, at: int) -> bool:
 
 
 def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
-    """A memset's or copy's end that spans whole named buffers (a group allocated together)."""
+    """A memset's or copy's end that spans whole named buffers (a group allocated together),
+    ending where its last buffer ends, or that is its whole allocation; a copy whose other end
+    lies inside one named buffer moves one buffer, and is held to it."""
     pointer, size = b.pointer, x.args.get("bytes")
     if x.kind not in ("memset", "copy") or not isinstance(pointer, int):
         return False
-    return isinstance(size, int) and ct.layout.whole_buffers(pointer, pointer + size)
+    if not isinstance(size, int) or any(
+        o is not b and o.region is not None and o.in_bounds for o in x.bindings
+    ):
+        return False
+    reach = whole_buffers(ct.layout, pointer, pointer + size)
+    held = _allocation_of(ct, pointer, ct.records[x.index].seq)
+    whole = held is not None and (pointer, size) == (held.address, held.bytes)
+    return reach is not None and (reach == pointer + size or whole)
 
 
 def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:

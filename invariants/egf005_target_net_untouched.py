@@ -288,12 +288,15 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
+PAD_ELEMENTS = 64  # floats in the 256-byte granule an allocator rounds a buffer up to
+
+
 def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> list[str]:
     """polyak_ema(target, online, tau, n) held to the contract: target is the start of
-    target_params, online the start of params, n the whole net (at least the layout's parameter
-    table where it gives one, else both buffers' size, and never past either buffer), tau the
-    layout's `dims.tau`, or the preset's (POLYAK_TAU) for a trainer that states none, as the
-    rebuild uses its config's."""
+    target_params, online the start of params, n the whole net (the layout's parameter table's
+    extent, or it rounded up to a 256-byte granule, where it gives one; else both buffers'
+    size, which must agree), tau the layout's `dims.tau`, or the preset's (POLYAK_TAU) for a
+    trainer that states none, as the rebuild uses its config's."""
     problems = [
         p
         for p in (
@@ -302,15 +305,19 @@ def _polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> l
         )
         if p is not None
     ]
-    # n covers every parameter and stays inside both buffers: the net itself, or (a trainer that
-    # pads its parameter buffers) any count up to the smaller buffer's size
+    # n is the whole net: the parameter table's extent, or (a trainer that allocates its
+    # parameter buffers in 256-byte granules) that extent rounded up to 64 floats; both buffers
+    # of that size. Without a table: both buffers' size.
     sizes = {ct.layout.buffers[TARGET].size, ct.layout.buffers["params"].size}
     room = min(sizes)
-    least = max(sizes) if net is None else net  # no table: the buffers must agree
+    allowed = {max(sizes)} if net is None else {net, -(-net // PAD_ELEMENTS) * PAD_ELEMENTS}
     n = x.args.get("n")
-    if not isinstance(n, int) or not least <= n <= room:
-        whole = f"{least}" if least == room else f"from {least} (the net) to {room} (the buffers)"
-        problems.append(f"n = {n}, the whole net is {whole} elements")
+    if len(sizes) != 1 or n not in allowed or not isinstance(n, int) or n > room:
+        words = " or ".join(str(a) for a in sorted(allowed))
+        problems.append(
+            f"n = {n}, the whole net is {words} elements (target_params and params hold "
+            f"{' and '.join(str(z) for z in sorted(sizes))})"
+        )
     tau, stated = x.args.get("tau"), ct.layout.dims.get("tau")
     expected = POLYAK_TAU if stated is None else stated
     whose = "the preset's (the layout states no dims.tau)" if stated is None else "the layout's"
@@ -371,8 +378,8 @@ def _step_start_hashes(ct: CaptureTrace) -> dict[int, str]:
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:
-    """Write sets first: no launch but polyak_ema declares a write of target_params (the copies
-    and memsets before the first GEMM initialise it); a kernel egf-audit does not know, handed a
+    """Write sets first: no launch but polyak_ema declares a write of target_params (the
+    launches before the first GEMM initialise it); a kernel egf-audit does not know, handed a
     pointer into it, may write it, and passes only where the step's snapshots prove the target
     unchanged. Each Polyak's arguments are the contract's; its result is within the rebuild's
     2 ulp of tau * params + (1 - tau) * target (the same measure); the target at each step's
@@ -422,7 +429,9 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             )
     first_gemm = next((x.index for x in ct.trace.sgemms()), len(ct.trace.launches))
     for x in ct.trace.launches:
-        if x.name == POLYAK_KERNEL or (x.kind in ("copy", "memset") and x.index < first_gemm):
+        # before the first GEMM the trainer initialises: the target's first copy of the online
+        # net, by a copy, a memset or a kernel of its own (CuPy's `target[...] = params`)
+        if x.name == POLYAK_KERNEL or x.index < first_gemm:
             continue
         if certainly_writes(x, TARGET):
             problems.append(f"{named(x)} writes target_params")

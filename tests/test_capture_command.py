@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from egf_audit.capture import command as capture_command
-from egf_audit.capture.command import run_capture
+from egf_audit.capture.command import known_kernels, run_capture
 from egf_audit.errors import AuditEnvironmentError, UsageError
 
 CLEAN = Path(__file__).parent / "data" / "capture" / "clean"
@@ -467,7 +467,11 @@ def test_the_trainer_runs_with_the_recorder_variables(tmp_path, fake_recorder, m
         "CUDA_INJECTION64_PATH": str(tmp_path / "lib" / "libegf_capture_recorder.so"),
         "EGF_CAPTURE_SNAPSHOT": "polyak_ema",
         "EGF_CAPTURE_VALUES_MAX": "32",
+        # not deep: the guard around every kernel egf-audit's table does not decode
+        "EGF_CAPTURE_GUARD": "1",
+        "EGF_CAPTURE_KNOWN": known_kernels(),
     }
+    assert "polyak_ema:8,8,4,8" in seen["EGF_CAPTURE_KNOWN"].split(";")
 
 
 # ---- nothing of the user's is overwritten or deleted ----

@@ -234,24 +234,6 @@ class CaptureLayout:
         kept = {name: b for name, b in self.buffers.items() if id(b) not in inside}
         return CaptureLayout(kept, self.dims, self.from_file)
 
-    def whole_buffers(self, start: int, end: int) -> bool:
-        """Whether bytes [start, end) meet named buffers only whole: at least one buffer lies
-        inside them and none is met in part (a memset or a copy over a group of buffers a
-        trainer allocated together, padding between them included). O(log n + met)."""
-        by_base = self._index()
-        i = bisect.bisect_left(self._bases, start) - 1
-        while i >= 0:  # a buffer starting below `start` and reaching into it: met in part
-            if _end(by_base[i]) > start:
-                return False
-            i = self._parent[i]
-        i = bisect.bisect_left(self._bases, start)
-        met = False
-        while i < len(by_base) and by_base[i].base < end:
-            if _end(by_base[i]) > end:
-                return False
-            met, i = True, i + 1
-        return met
-
     def base_of(self, name: str) -> int | None:
         buffer = self.buffers.get(name)
         return None if buffer is None else buffer.base

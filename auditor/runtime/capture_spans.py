@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_allocations import Allocation
-from egf_audit.runtime.capture_model import GEMM_KINDS, Record
+from egf_audit.runtime.capture_model import GEMM_KINDS, CaptureLayout, Record
 from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
@@ -188,3 +188,17 @@ def declared(r: Record, mode: str, ct: CaptureTrace | None = None) -> Spans:
 
 def whole(allocations: Iterable[Allocation]) -> Spans:
     return Spans.of((a.address, a.address + a.bytes) for a in allocations)
+
+
+def whole_buffers(layout: CaptureLayout, start: int, end: int) -> int | None:
+    """Where the named buffers that bytes [start, end) meet end, when they meet at least one
+    and each of them whole (a memset or a copy over a group of buffers a trainer allocated
+    together, the padding between them included); None when they meet one in part, or none."""
+    reach = None
+    for b in layout.buffers.values():
+        b_end = b.base + b.size * ELEMENT_BYTES
+        if b.base < end and start < b_end:
+            if b.base < start or b_end > end:
+                return None
+            reach = max(reach or 0, b_end)
+    return reach
