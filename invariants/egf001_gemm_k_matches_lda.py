@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
+from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
+from egf_audit.invariants.gemm_spans import (
+    implied_slice_problem,
+    rows_problem,
+    slice_problem,
+    span_problem,
+)
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.capture_allocations import Allocation
 from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
@@ -18,7 +25,7 @@ from egf_audit.runtime.trace import buffer_size
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Binding, Launch, Region, Trace
+    from egf_audit.runtime.trace import Binding, Launch, Trace
 
 
 class OffendingLaunches(TypedDict):
@@ -46,21 +53,6 @@ def _extent_problem(b: Binding) -> str | None:
     if b.tensor_shape is None:
         return f"points into no tensor of {b.region.buffer}"
     return span_problem(b.region, b.tensor_shape, b.tensor)
-
-
-def span_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
-    """Why an operand resolved into a tensor does not cover it exactly (its first element, all
-    its rows and columns, its row stride), or None. The capture's EGF001 uses it too."""
-    t_offset, t_rows, t_cols = tensor_shape
-    if r.offset != t_offset:
-        return f"starts {r.offset - t_offset} elements into {tensor}"
-    if r.width != t_cols:
-        return f"spans {r.width} of {t_cols} columns of {tensor}"
-    if r.rows != t_rows:
-        return f"spans {r.rows} of {t_rows} rows of {tensor}"
-    if r.rows > 1 and r.ld != t_cols:
-        return f"uses row stride {r.ld} on {tensor}, whose row stride is {t_cols}"
-    return None
 
 
 def _operand_facts(b: Binding) -> dict[str, Any]:
@@ -198,28 +190,8 @@ def _allocation_of(ct: CaptureTrace, pointer: object, at: int) -> Allocation | N
     return chosen[-1] if chosen else None
 
 
-def rows_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
-    """Why an operand of a trainer that is not SP14 is not whole rows of the named tensor it
-    points into, or None. Batched and sliced GEMMs read a tensor a block of rows at a time, so a
-    block of rows passes; a block of columns (K = SH2 against a row stride of SH2 + 1), another
-    row stride, or a box running past the tensor's end does not."""
-    t_offset, t_rows, t_cols = tensor_shape
-    start, size = r.offset - t_offset, t_rows * t_cols
-    end = start + (r.rows - 1) * r.ld + r.width if r.rows > 0 and r.width > 0 else start
-    if r.rows > 1:
-        if r.width != t_cols:
-            return f"spans {r.width} of {t_cols} columns of {tensor}"
-        if r.ld != t_cols:
-            return f"uses row stride {r.ld} on {tensor}, whose row stride is {t_cols}"
-        if start % t_cols:
-            return f"starts {start % t_cols} elements into a row of {tensor}"
-    if end > size:
-        return f"reaches {end - size} elements past the end of {tensor}"
-    return None
-
-
 def _capture_operand_problem(
-    ct: CaptureTrace, b: Binding, op: GemmOperand | None, at: int
+    ct: CaptureTrace, x: Launch, b: Binding, op: GemmOperand | None, at: int
 ) -> str | None:
     """The rebuild's operand rule where the capture named the operand's tensor (whole rows of it
     in a process that is no SP14 trainer); a flat allocation the layout gives no shape, or an
@@ -227,11 +199,18 @@ def _capture_operand_problem(
     the GEMM's own arguments)."""
     if b.region is None or (not ct.sp14 and b.in_bounds and b.tensor_shape is None):
         # no name covers it (in a process that is no SP14 trainer, a part of a named buffer
-        # that no tensor names is no finding either): its span of its allocation
-        return None if op is None else _allocation_problem(ct, b.pointer, op.extent_bytes, at)
+        # that no tensor names is no finding either): its span of its allocation, and the
+        # slices its own batch stride implies
+        if op is None:
+            return None
+        found = _allocation_problem(ct, b.pointer, op.extent_bytes, at)
+        return found or implied_slice_problem(x.args, b.role.partition("[")[0], op.box)
     buffer = ct.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
         return None
+    shape = None if buffer is None or b.tensor is None else buffer.shapes.get(b.tensor)
+    if b.in_bounds and b.tensor_shape is not None and shape is not None:
+        return slice_problem(b.region, b.tensor_shape, shape, b.tensor)
     if not ct.sp14 and b.in_bounds and b.tensor_shape is not None:
         return rows_problem(b.region, b.tensor_shape, b.tensor)
     return _extent_problem(b)
@@ -296,6 +275,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         return failed("the process recorded no cuBLAS GEMM at all", gemms=0)
     bad: list[dict[str, Any]] = []
     unnamed: list[dict[str, Any]] = []
+    wrong_tensor = role_problems(ct)  # which tensor each GEMM reads and writes (SP14 only)
     for x in gemms:
         facts = {"launch": x.index, "step": x.step, "label": x.label}
         facts |= {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
@@ -310,8 +290,10 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         at = ct.records[x.index].seq
         for b in x.bindings:
             if problem is None:
-                p = _capture_operand_problem(ct, b, operands.get(b.role), at)
+                p = _capture_operand_problem(ct, x, b, operands.get(b.role), at)
                 problem = None if p is None else f"operand {b.role} {p}"
+        if problem is None and x.index in wrong_tensor:
+            problem = wrong_tensor[x.index]
         if problem is not None:
             bad.append(facts | {"problem": problem})
         elif any(_undecided_operand(ct, b, at) for b in x.bindings):
