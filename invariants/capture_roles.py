@@ -10,10 +10,12 @@ does not name is not compared: with inference only what inference names is judge
 written tensor no entry writes is not this rule's (its span is still judged).
 
 Order: the contract's order within a step binds only where data flows. A GEMM that reads a
-tensor a contract GEMM writes must come after such a write in its step (the backward after the
-forward, the trunk after d_h_s2's dX GEMMs, a norm after its power-iteration GEMV); GEMMs with no
-data between them may run in any order (the target forward before the online one, a branch's dX
-before its dW).
+tensor a contract GEMM writes must come after a launch of its step that writes (or may write)
+its buffer (the backward after the forward, the trunk after d_h_s2's dX GEMMs, a norm after its
+power-iteration GEMV): a GEMM, kernel, memset or copy alike, since a trainer may compute a layer
+in a kernel of its own; after a write that cannot be placed (an unbound GEMM) nothing is claimed
+in that step. GEMMs with no data between them may run in any order (the target forward before
+the online one, a branch's dX before its dW).
 """
 
 from __future__ import annotations
@@ -82,9 +84,14 @@ class _Roles:
         left = want - Counter(pointers)
         return [r for r in g.reads if self.address.get(r) in left]
 
-    def judge(self, x: Launch, written: set[int]) -> str | None:
+    def _buffer_at(self, address: int) -> str | None:
+        found = self.ct.layout.resolve(address)
+        return None if found is None else found[0].name
+
+    def judge(self, x: Launch, written: set[str] | None) -> str | None:
         """Why one GEMM's operands are not a contract entry's, or it runs before its inputs
-        were written in its step, or None; `written` gathers the step's written tensors."""
+        were written in its step, or None. `written`: the buffers the step's launches before
+        it wrote (or may have written); None where one of them wrote what cannot be placed."""
         for suffix, ops in _batches(x).items():
             out = ops.get("D") or ops.get("C")
             reads = [ops[r] for r in ("A", "B") if r in ops]
@@ -99,13 +106,14 @@ class _Roles:
                 return self._wrong_tensor(entry, reads, suffix)
             for ref in entry.reads:
                 a = self.address.get(ref)
-                if a is not None and a in self.writers and a not in written:
+                if a is None or a not in self.writers or written is None:
+                    continue
+                if self._buffer_at(a) not in written:
                     producer = self.writers[a][0].label
                     return (
-                        f"reads {ref} before any GEMM of its step wrote it (the contract's "
+                        f"reads {ref} before any launch of its step wrote it (the contract's "
                         f"{entry.label} runs after {producer})"
                     )
-            written.add(out.pointer)
         return None
 
     def _wrong_tensor(self, entry: ContractGemm, reads: list[Binding], suffix: str) -> str:
@@ -120,6 +128,17 @@ class _Roles:
         )
 
 
+def _writes(x: Launch) -> tuple[set[str], bool]:
+    """The buffers a launch writes or may write (a kernel egf-audit does not know: every named
+    buffer it was handed), and whether it may have written memory no binding places (a GEMM
+    whose operands are not bound, or whose output is in no named buffer)."""
+    if x.kind == "sgemm" and ("unbound" in x.args or not x.bindings):
+        return set(), True
+    wrote = [b for b in x.bindings if b.writes or "?" in b.access]
+    placed = {b.region.buffer for b in wrote if b.region is not None}
+    return placed, x.kind == "sgemm" and any(b.region is None for b in wrote)
+
+
 def role_problems(ct: CaptureTrace) -> dict[int, str]:
     """Each GEMM of an SP14 trainer's capture whose operands are not the contract's tensors, or
     that reads a contract GEMM's output before its step wrote it: launch index -> the problem
@@ -128,11 +147,14 @@ def role_problems(ct: CaptureTrace) -> dict[int, str]:
         return {}
     roles = _Roles(ct)
     found: dict[int, str] = {}
-    written: dict[int, set[int]] = {}
-    for x in ct.trace.sgemms():
-        if "unbound" in x.args or not x.bindings:
-            continue
-        problem = roles.judge(x, written.setdefault(x.step, set()))
-        if problem is not None:
-            found[x.index] = problem
+    written: dict[int, set[str] | None] = {}  # by step; None: a write that cannot be placed
+    for x in ct.trace.launches:
+        so_far = written.setdefault(x.step, set())
+        if x.kind == "sgemm" and x.bindings and "unbound" not in x.args:
+            problem = roles.judge(x, so_far)
+            if problem is not None:
+                found[x.index] = problem
+        placed, unplaced = _writes(x)
+        if so_far is not None:
+            written[x.step] = None if unplaced else so_far | placed
     return found

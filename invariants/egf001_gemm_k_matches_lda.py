@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
+from egf_audit.invariants.allocation_bounds import allocation_of, allocation_problem
 from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.gemm_spans import (
@@ -15,7 +16,6 @@ from egf_audit.invariants.gemm_spans import (
     span_problem,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.capture_allocations import Allocation
 from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
 from egf_audit.runtime.memory import ELEMENT_BYTES
@@ -159,37 +159,6 @@ def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
     return None
 
 
-def _allocation_problem(
-    ct: CaptureTrace, pointer: object, extent_bytes: int, at: int
-) -> str | None:
-    """Why `extent_bytes` from `pointer` leave the allocation holding it as the launch at event
-    `at` ran (every recorded allocation entry point; frees close them), or None (inside, or in
-    no recorded allocation: then nothing is known). Memory an allocation held and gave back
-    before the launch is a finding, not an unknown."""
-    if not isinstance(pointer, int):
-        return None
-    found = _allocation_of(ct, pointer, at)
-    if found is None:
-        return None
-    if not found.live_at(at):
-        return f"points into an allocation freed before it ran (event {found.freed})"
-    end = pointer + extent_bytes
-    if end > found.address + found.bytes:
-        return f"reaches {end - found.address - found.bytes} bytes past the end of its allocation"
-    return None
-
-
-def _allocation_of(ct: CaptureTrace, pointer: object, at: int) -> Allocation | None:
-    """The allocation holding `pointer` as event `at` ran: the latest made before it and not yet
-    freed; else the latest made before it and freed since (a use after free)."""
-    if not isinstance(pointer, int):
-        return None
-    before = [a for a in ct.holding(pointer) if a.made < at]
-    live = [a for a in before if a.live_at(at)]
-    chosen = live or before
-    return chosen[-1] if chosen else None
-
-
 def _capture_operand_problem(
     ct: CaptureTrace, x: Launch, b: Binding, op: GemmOperand | None, at: int
 ) -> str | None:
@@ -203,7 +172,7 @@ def _capture_operand_problem(
         # slices its own batch stride implies
         if op is None:
             return None
-        found = _allocation_problem(ct, b.pointer, op.extent_bytes, at)
+        found = allocation_problem(ct, b.pointer, op.extent_bytes, at)
         return found or implied_slice_problem(x.args, b.role.partition("[")[0], op.box)
     buffer = ct.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
@@ -227,7 +196,7 @@ def _undecided_operand(ct: CaptureTrace, b: Binding, at: int) -> bool:
     its tensor's exact span) and wherever no recorded allocation holds it."""
     if b.region is not None:
         return False
-    return ct.sp14 or _allocation_of(ct, b.pointer, at) is None
+    return ct.sp14 or allocation_of(ct, b.pointer, at) is None
 
 
 def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
@@ -241,7 +210,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
             extent = int(x.args.get("bytes", 0))
             for end in ("dst", "src"):
                 pointer = x.args.get(end)
-                if pointer and (problem := _allocation_problem(ct, pointer, extent, at)):
+                if pointer and (problem := allocation_problem(ct, pointer, extent, at)):
                     bad.append(
                         {"launch": x.index, "step": x.step, "label": x.label, "operand": end}
                         | {"problem": problem}
@@ -251,7 +220,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
             if b.region is not None and not b.in_bounds:
                 problem = f"touches elements up to {b.region.last} of {b.region.buffer}"
             else:
-                problem = _allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)
+                problem = allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)
             if problem is not None:
                 bad.append(
                     {"launch": x.index, "step": x.step, "label": x.label, "operand": b.role}
@@ -350,7 +319,11 @@ INVARIANT = Invariant(
         "For every SGEMM of the production and replay steps, each operand (A, B, C) resolves to "
         "a named tensor and covers exactly its logical extent: it starts at the tensor's first "
         "element, spans all its rows and columns, and walks it with the tensor's row stride. "
-        "Every kernel, memset and copy launch stays inside the buffers it declares."
+        "Every kernel, memset and copy launch stays inside the buffers it declares. On a "
+        "capture, each GEMM of the contract also reads and writes the tensors the contract "
+        "names (online or target weights, save_h_s2 or its scratch, the dir concat or a "
+        "branch's), after the GEMM that writes its input in the step, and an operand on a "
+        "tensor declared with leading axes covers whole slices of it, rows included."
     ),
     why=(
         "A raw cuBLAS SGEMM with K = SH2 against a weight whose leading dimension is SH2 + 1 "
@@ -375,8 +348,10 @@ INVARIANT = Invariant(
     limits=(
         "It judges the regions a launch declares (an SGEMM's boxes from its arguments, a "
         "kernel's from the kernel table), not the elements it really touches: that is EGF013's. "
-        "An operand that spans the whole of a tensor of the right shape passes even when it is "
-        "the wrong tensor (EGF006 asks which concat the d = 0 dW reads), and the legacy wrapper "
+        "On the rebuild the tensors each SGEMM reads are the pipeline's wiring, held to the "
+        "contract's table by a test, not by this check; on a capture a tensor the layout does "
+        "not name is not compared, and which values the right tensor holds is not read (EGF006 "
+        "asks what the concat scratch holds when the d = 0 dW reads it). The legacy wrapper "
         "is left to EGF011. On a capture, a GEMM with an operand in no buffer the layout or "
         "inference names is UNDECIDED unless its arguments show the K = SH2 signature or the "
         "operand overruns its allocation, and a buffer the layout gives no shape is judged by "
