@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
+import capture_plants
 import pytest
 
 from egf_audit.capture.audit import audit_capture
@@ -28,21 +27,9 @@ from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS, TensorRef, entry_of
 from egf_audit.runtime.trace import Region
 
 DATA = Path(__file__).parent / "data" / "capture"
-LLMC = DATA / "llmc" / "recorded"
 
 
-def _load_lies():
-    if "capture_lies" in sys.modules:  # tests/test_capture_lies.py loaded it in this worker
-        return sys.modules["capture_lies"]
-    path = DATA / "lies.py"
-    spec = importlib.util.spec_from_file_location("capture_lies", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations there
-    spec.loader.exec_module(module)
-    return module
-
-
-lies = _load_lies()
+lies = capture_plants.lies
 
 
 def _egf001(folder: Path, use_layout: bool = True) -> tuple[str, str]:
@@ -144,41 +131,26 @@ def test_a_gemm_before_the_gemm_that_writes_its_input_fails():
     assert verdict.status == "fail" and "reads d_h_s1 before any launch" in verdict.summary
 
 
-# ---- reductions over slices: llm.c ----
-def _plant(src: Path, dst: Path, chosen, k_minus: int = 1) -> Path:
-    """The capture with K one short (k - k_minus) on every GEMM call `chosen(call)` picks, as
-    the one-token change in llm.c's source would have recorded it."""
-    capture = lies.read(src)
-    calls = [c for c in lies.gemm_calls(capture.main) if chosen(capture, c)]
-    assert calls
-    for call in calls:
-        lies.set_gemm_int(call, "k", lies.gemm_arg(call, "k") - k_minus)
-    return lies.write(capture, dst, with_layout=True)
-
-
-BT, T = 4 * 32, 32
-
-
-def _dweight(_capture, call) -> bool:
-    """matmul_backward's dweight GEMM: (N, T) with K = B*T, not batched."""
-    head = call[""]["msg"]
-    ops = (lies.gemm_arg(call, "transa"), lies.gemm_arg(call, "transb"))
-    return "Batched" not in head and ops == ("N", "T") and lies.gemm_arg(call, "k") == BT
-
-
-def _attention_dq(capture, call) -> bool:
-    """attention_backward's dq GEMM: strided-batched (N, N) over heads, B in the backward's
-    scratch (dpreatt in grads_acts_memory), K = T."""
-    head = call[""]["msg"]
-    ops = (lies.gemm_arg(call, "transa"), lies.gemm_arg(call, "transb"))
-    grads_acts = capture.layout["buffers"]["grads_acts_memory"]["allocation"]["bytes"]
-    (start, *_) = [
-        e["dst"] for e in capture.main.events if e["ev"] == "alloc" and e["bytes"] == grads_acts
-    ]
-    inside = start <= lies.gemm_arg(call, "B") < start + grads_acts
-    return (
-        "StridedBatched" in head and ops == ("N", "N") and inside and lies.gemm_arg(call, "k") == T
+def test_a_captured_gemm_moved_ahead_of_the_gemm_writing_its_input_fails(tmp_path):
+    """The same, recorded: the trunk's first dW call moved ahead of step 0's forward in the
+    events, the recorder replayed over them."""
+    lie = lies.write(
+        lies.rerecord(capture_plants.trunk_dw_before_the_forward(lies.base())), tmp_path, True
     )
+    status, summary = _egf001(lie)
+    assert status == "fail"
+    assert "reads d_h_s1 before any launch of its step wrote it" in summary
+
+
+# ---- reductions over slices: llm.c ----
+LLMC = capture_plants.LLMC
+
+
+def _plant(src: Path, dst: Path, chosen) -> Path:
+    return capture_plants.k_short(src, chosen)(dst, True)
+
+
+_dweight, _attention_dq = capture_plants.dweight, capture_plants.attention_dq
 
 
 @pytest.mark.parametrize("name", ["llmc", "llmc-deep"])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import capture_plants
 import numpy as np
 import pytest
 from capture_folders import without_layout, write_manifest
@@ -799,6 +800,24 @@ def _no_manifest(folder: Path) -> None:
 # ---- the cases ----
 _GATE_CODES = frozenset({"EGF003", "EGF004", "EGF008"})
 CAPTURE_CASES: dict[str, CaptureCase] = {
+    # which tensor each GEMM reads, in which order (EGF001, invariants/capture_roles.py), and
+    # reductions over whole slices (EGF001, invariants/gemm_spans.py): tests/capture_plants.py
+    "trunk-dw-before-the-forward": CaptureCase(
+        _lie(capture_plants.trunk_dw_before_the_forward), fail=frozenset({"EGF001"})
+    ),
+    "llmc-dweight-k-short": CaptureCase(
+        capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.dweight),
+        fail=frozenset({"EGF001"}),
+    ),
+    "llmc-attention-dq-k-short": CaptureCase(
+        capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.attention_dq),
+        fail=frozenset({"EGF001"}),
+    ),
+    "llmc-attention-dq-k-short-inferred": CaptureCase(
+        capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.attention_dq),
+        with_layout=False,
+        fail=frozenset({"EGF001"}),
+    ),
     # nothing names B and SH2: every check that needs them fails, naming what is missing
     "no-concat-launch-inferred": CaptureCase(
         _lie(no_concat_launch),
