@@ -11,6 +11,10 @@ The layout file (schema `egf-audit-layout/1`, docs/capture.md):
         "sp14_d_dir_qaux_concat": {"address": ..., "bytes": ..., "shape": [64, 49]},
         "sn_state": {"address": ..., "bytes": ..., "tensors": {"v_b0fc": [32, 1, 49]}}}}
 
+A tensor may declare the leading axes the program slices, `[offset, L, B*T, C]` (or `"shape":
+[L, B*T, C]`, at most MAX_RANK axes): it is held as `[offset, L*B*T, C]` with its declared shape
+beside it (`Buffer.shapes`), and EGF001 holds an operand on it to whole slices.
+
 The file is untrusted: it is read as `--config` is, and every value held to its domain before it
 is used: addresses and sizes inside the process's address space (capture/schema.py), tensors
 inside their buffers and apart from each other (a buffer's `"views"` name the same elements a

@@ -6,7 +6,7 @@ An entry names its two read operands and its written one as (buffer, tensor): a 
 named-offset table lives in `params` (the online net), `target_params` (the target net) or
 `grad_buf`; every other buffer holds one tensor of its own name. The rebuild's pipeline
 (egf_audit.pipeline) records each GEMM under the entry's label (`@site` added at a call site),
-and tests/test_contract_gemms.py holds every recorded SGEMM of the rebuild to its entry. A
+and tests/test_capture_tensors.py holds every recorded SGEMM of the rebuild to its entry. A
 capture is matched by role, not by position (invariants/capture_roles.py): the written tensor
 picks the entries a GEMM may be, its two reads must be that entry's, in either operand.
 """
@@ -80,7 +80,12 @@ def _forward(net: str) -> list[ContractGemm]:
 
 
 def _layer_backward(
-    stem: str, x: TensorRef, dy: TensorRef, layer: tuple[str, str], dx: TensorRef | None, tag=""
+    stem: str,
+    x: TensorRef,
+    dy: TensorRef,
+    layer: tuple[str, str],
+    dx: TensorRef | None,
+    tag: str = "",
 ) -> list[ContractGemm]:
     """One linear layer's backward: db = 1^T . dY, dW = dY^T . x, and dX = dY . W (the online
     W), labelled `{stem}_db{tag}` and so on; `layer` is (weight, bias)."""
