@@ -7,6 +7,8 @@ that writes its input (lies.py's way: the events edited, the recorder replayed o
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -78,14 +80,83 @@ def _call_events(proc: Any, call: dict[str, dict[str, Any]]) -> list[dict[str, A
 
 def trunk_dw_before_the_forward(capture: Any) -> Any:
     """Step 0's first dW of the trunk's first layer (reads obs and d_h_s1, writes grad_buf's
-    w_s1) moved ahead of the step's first GEMM, with the kernels cuBLAS ran for it: it reads
-    d_h_s1 before any launch of its step wrote it. grad_buf, which it adds into, is in no
-    snapshot; nothing the replay computes reads it."""
+    w_s1) moved to just after the step's first GEMM (the forward's first layer), with the
+    kernels cuBLAS ran for it: it reads d_h_s1 before any launch of its step wrote it. grad_buf,
+    which it adds into, is in no snapshot; nothing the replay computes reads it."""
     proc = capture.main
     calls = lies.gemm_calls(proc)
     w_s1 = capture.base("grad_buf") + 4 * capture.offset("w_s1")
     (dw, *_) = [c for c in calls if lies.gemm_arg(c, "C") == w_s1]
     moved = _call_events(proc, dw)
     lies.remove(proc, moved)
-    lies.insert(proc, proc.events.index(calls[0][""]), moved)
+    lies.insert(proc, proc.events.index(calls[1][""]), moved)
     return capture
+
+
+def _edit_one(chosen: Chooser, edit: Callable[[Any, dict[str, dict[str, Any]]], None]) -> Any:
+    """A builder of llm.c's capture with `edit` applied to the first GEMM call `chosen` picks."""
+
+    def build(folder: Path, with_layout: bool) -> Path:
+        capture = lies.read(LLMC / "llmc")
+        call = next(c for c in lies.gemm_calls(capture.main) if chosen(capture, c))
+        edit(capture, call)
+        return lies.write(capture, folder, with_layout)
+
+    return build
+
+
+def _reads_ln1_layer_1(capture: Any, call: dict[str, dict[str, Any]]) -> bool:
+    """The layer-1 QKV dweight GEMM: its A is the start of slice [1] of ln1 [L, B*T, C]."""
+    acts = capture.layout["buffers"]["acts_memory"]
+    start = next(
+        e["dst"]
+        for e in capture.main.events
+        if e["ev"] == "alloc" and e["bytes"] == acts["allocation"]["bytes"]
+    )
+    offset = acts["tensors"]["ln1"][0] + BT * 128  # C = 128
+    return dweight(capture, call) and lies.gemm_arg(call, "A") == start + 4 * offset
+
+
+def _shift_a(elements: int) -> Callable[[Any, dict[str, dict[str, Any]]], None]:
+    return lambda _c, call: lies.set_gemm_pointer(
+        call, "A", lies.gemm_arg(call, "A") + 4 * elements
+    )
+
+
+def _add(key: str, by: int) -> Callable[[Any, dict[str, dict[str, Any]]], None]:
+    return lambda _c, call: lies.set_gemm_int(call, key, lies.gemm_arg(call, key) + by)
+
+
+# one GEMM operand off a whole slice of ln1 [L, B*T, C], each way EGF001's slice rule names
+SLICE_EDITS = {
+    "columns-cut": _edit_one(_reads_ln1_layer_1, _add("m", -1)),  # A spans C - 1 columns
+    "row-stride-long": _edit_one(_reads_ln1_layer_1, _add("lda", 1)),
+    "one-row-in": _edit_one(_reads_ln1_layer_1, _shift_a(128)),  # starts at row 1 of slice [1]
+    "one-element-in": _edit_one(_reads_ln1_layer_1, _shift_a(1)),
+    "past-the-last-slice": _edit_one(_reads_ln1_layer_1, _add("k", BT)),  # slices [1] and [2]
+}
+
+
+def flat_layout(build: Callable[[Path, bool], Path]) -> Callable[[Path, bool], Path]:
+    """The capture `build` makes, its layout's tensors declared without leading axes ([offset,
+    rows, cols]: each stacked tensor as one matrix of all its rows), as the layout files written
+    before stacked shapes were."""
+
+    def flat(folder: Path, with_layout: bool) -> Path:
+        out = build(folder, with_layout)
+        path = out / "layout.json"
+        if path.exists():
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            for buffer in doc["buffers"].values():
+                tensors = buffer.get("tensors", {})
+                for name, (offset, *shape) in tensors.items():
+                    tensors[name] = [offset, math.prod(shape[:-1]), shape[-1]]
+            path.write_text(json.dumps(doc), encoding="utf-8")
+        return out
+
+    return flat
+
+
+def copied(src: Path) -> Callable[[Path, bool], Path]:
+    """A builder of the committed capture `src` as it is."""
+    return lambda folder, with_layout: lies.write(lies.read(src), folder, with_layout)

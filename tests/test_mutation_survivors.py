@@ -813,6 +813,15 @@ CAPTURE_CASES: dict[str, CaptureCase] = {
         capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.attention_dq),
         fail=frozenset({"EGF001"}),
     ),
+    **{
+        f"llmc-ln1-slice-{name}": CaptureCase(build, fail=frozenset({"EGF001"}))
+        for name, build in capture_plants.SLICE_EDITS.items()
+    },
+    # the layout file written before stacked shapes: whole rows of each tensor (dinp, K = OC - 1)
+    "llmc-planted-flat-layout": CaptureCase(
+        capture_plants.flat_layout(capture_plants.copied(capture_plants.LLMC / "llmc-planted")),
+        fail=frozenset({"EGF001"}),
+    ),
     "llmc-attention-dq-k-short-inferred": CaptureCase(
         capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.attention_dq),
         with_layout=False,
