@@ -134,6 +134,7 @@ SLICE_EDITS = {
     "one-row-in": _edit_one(_reads_ln1_layer_1, _shift_a(128)),  # starts at row 1 of slice [1]
     "one-element-in": _edit_one(_reads_ln1_layer_1, _shift_a(1)),
     "past-the-last-slice": _edit_one(_reads_ln1_layer_1, _add("k", BT)),  # slices [1] and [2]
+    "one-row-only": _edit_one(_reads_ln1_layer_1, _add("k", 1 - BT)),  # K = 1: 1 of 128 rows
 }
 
 
@@ -160,3 +161,21 @@ def flat_layout(build: Callable[[Path, bool], Path]) -> Callable[[Path, bool], P
 def copied(src: Path) -> Callable[[Path, bool], Path]:
     """A builder of the committed capture `src` as it is."""
     return lambda folder, with_layout: lies.write(lies.read(src), folder, with_layout)
+
+
+def layout_edited(
+    src: Path, change: Callable[[dict[str, Any]], None]
+) -> Callable[[Path, bool], Path]:
+    """A builder of the committed capture `src` with its layout file changed by `change`."""
+
+    def build(folder: Path, with_layout: bool) -> Path:
+        capture = lies.read(src)
+        change(capture.layout)
+        return lies.write(capture, folder, with_layout)
+
+    return build
+
+
+def qkvr_as(value: list[int]) -> Callable[[dict[str, Any]], None]:
+    """llm.c's qkvr declared as `value` ([offset, axes...])."""
+    return lambda doc: doc["buffers"]["acts_memory"]["tensors"].update(qkvr=value)

@@ -817,6 +817,43 @@ CAPTURE_CASES: dict[str, CaptureCase] = {
         f"llmc-ln1-slice-{name}": CaptureCase(build, fail=frozenset({"EGF001"}))
         for name, build in capture_plants.SLICE_EDITS.items()
     },
+    # controls: llm.c unmodified, its layout stacked, flat, or none (nothing fails)
+    "llmc-unmodified": CaptureCase(capture_plants.copied(capture_plants.LLMC / "llmc")),
+    "llmc-unmodified-inferred": CaptureCase(
+        capture_plants.copied(capture_plants.LLMC / "llmc"), with_layout=False
+    ),
+    "llmc-unmodified-flat-layout": CaptureCase(
+        capture_plants.flat_layout(capture_plants.copied(capture_plants.LLMC / "llmc"))
+    ),
+    "llmc-qkvr-8-axes": CaptureCase(  # the most axes a tensor may declare
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc",
+            capture_plants.qkvr_as([558464, 1, 1, 2, 3, 4, 4, 32, 32]),
+        )
+    ),
+    "llmc-qkvr-9-axes": CaptureCase(
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc",
+            capture_plants.qkvr_as([558464, 1, 1, 1, 2, 3, 4, 4, 32, 32]),
+        ),
+        refused="at most 8 axes",
+    ),
+    "llmc-qkvr-2-40-elements": CaptureCase(  # the most elements: refused for its buffer's size
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc", capture_plants.qkvr_as([0, 1 << 20, 1 << 10, 1 << 10])
+        ),
+        refused="does not fit its",
+    ),
+    "llmc-qkvr-past-2-40-elements": CaptureCase(
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc", capture_plants.qkvr_as([0, 1 << 20, 1 << 10, 1025])
+        ),
+        refused="more than 2\\*\\*40 elements",
+    ),
+    "llmc-qkvr-one-axis": CaptureCase(
+        capture_plants.layout_edited(capture_plants.LLMC / "llmc", capture_plants.qkvr_as([0, 7])),
+        refused="must be \\[offset, rows, cols\\]",
+    ),
     # the layout file written before stacked shapes: whole rows of each tensor (dinp, K = OC - 1)
     "llmc-planted-flat-layout": CaptureCase(
         capture_plants.flat_layout(capture_plants.copied(capture_plants.LLMC / "llmc-planted")),

@@ -36,6 +36,9 @@ class Entry(NamedTuple):
 CC = "invariants/capture_common.py"
 CO = "invariants/common.py"
 E1 = "invariants/egf001_gemm_k_matches_lda.py"
+GS = "invariants/gemm_spans.py"
+CR = "invariants/capture_roles.py"
+AB = "invariants/allocation_bounds.py"
 E2 = "invariants/egf002_dw_unaffected_by_scale.py"
 E3 = "invariants/egf003_wire_zero_under_sentinel.py"
 E4 = "invariants/egf004_wire_gated_proportional.py"
@@ -165,7 +168,7 @@ TRIAGE: tuple[Entry, ...] = (
         "either way",
     ),
     Entry(
-        E1,
+        GS,
         "span_problem",
         "1 -> 2",
         "boundary",
