@@ -135,6 +135,10 @@ SLICE_EDITS = {
     "one-element-in": _edit_one(_reads_ln1_layer_1, _shift_a(1)),
     "past-the-last-slice": _edit_one(_reads_ln1_layer_1, _add("k", BT)),  # slices [1] and [2]
     "one-row-only": _edit_one(_reads_ln1_layer_1, _add("k", 1 - BT)),  # K = 1: 1 of 128 rows
+    # rows 1 to 127 of slice [1]: it ends where the slice ends, its first row left out
+    "first-row-left-out": _edit_one(
+        _reads_ln1_layer_1, lambda c, call: (_shift_a(128)(c, call), _add("k", -1)(c, call))
+    ),
 }
 
 
