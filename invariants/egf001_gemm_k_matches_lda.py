@@ -6,9 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
+from egf_audit.invariants.allocation_bounds import allocation_of, allocation_problem
+from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
+from egf_audit.invariants.gemm_spans import (
+    implied_slice_problem,
+    rows_problem,
+    slice_problem,
+    span_problem,
+)
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.capture_allocations import Allocation
 from egf_audit.runtime.capture_spans import whole_buffers
 from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
@@ -19,7 +26,7 @@ from egf_audit.runtime.trace import buffer_size
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Binding, Launch, Region, Trace
+    from egf_audit.runtime.trace import Binding, Launch, Trace
 
 
 class OffendingLaunches(TypedDict):
@@ -47,21 +54,6 @@ def _extent_problem(b: Binding) -> str | None:
     if b.tensor_shape is None:
         return f"points into no tensor of {b.region.buffer}"
     return span_problem(b.region, b.tensor_shape, b.tensor)
-
-
-def span_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
-    """Why an operand resolved into a tensor does not cover it exactly (its first element, all
-    its rows and columns, its row stride), or None. The capture's EGF001 uses it too."""
-    t_offset, t_rows, t_cols = tensor_shape
-    if r.offset != t_offset:
-        return f"starts {r.offset - t_offset} elements into {tensor}"
-    if r.width != t_cols:
-        return f"spans {r.width} of {t_cols} columns of {tensor}"
-    if r.rows != t_rows:
-        return f"spans {r.rows} of {t_rows} rows of {tensor}"
-    if r.rows > 1 and r.ld != t_cols:
-        return f"uses row stride {r.ld} on {tensor}, whose row stride is {t_cols}"
-    return None
 
 
 def _operand_facts(b: Binding) -> dict[str, Any]:
@@ -168,59 +160,8 @@ def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
     return None
 
 
-def _allocation_problem(
-    ct: CaptureTrace, pointer: object, extent_bytes: int, at: int
-) -> str | None:
-    """Why `extent_bytes` from `pointer` leave the allocation holding it as the launch at event
-    `at` ran (every recorded allocation entry point; frees close them), or None (inside, or in
-    no recorded allocation: then nothing is known). Memory an allocation held and gave back
-    before the launch is a finding, not an unknown."""
-    if not isinstance(pointer, int):
-        return None
-    found = _allocation_of(ct, pointer, at)
-    if found is None:
-        return None
-    if not found.live_at(at):
-        return f"points into an allocation freed before it ran (event {found.freed})"
-    end = pointer + extent_bytes
-    if end > found.address + found.bytes:
-        return f"reaches {end - found.address - found.bytes} bytes past the end of its allocation"
-    return None
-
-
-def _allocation_of(ct: CaptureTrace, pointer: object, at: int) -> Allocation | None:
-    """The allocation holding `pointer` as event `at` ran: the latest made before it and not yet
-    freed; else the latest made before it and freed since (a use after free)."""
-    if not isinstance(pointer, int):
-        return None
-    before = [a for a in ct.holding(pointer) if a.made < at]
-    live = [a for a in before if a.live_at(at)]
-    chosen = live or before
-    return chosen[-1] if chosen else None
-
-
-def rows_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
-    """Why an operand of a trainer that is not SP14 is not whole rows of the named tensor it
-    points into, or None. Batched and sliced GEMMs read a tensor a block of rows at a time, so a
-    block of rows passes; a block of columns (K = SH2 against a row stride of SH2 + 1), another
-    row stride, or a box running past the tensor's end does not."""
-    t_offset, t_rows, t_cols = tensor_shape
-    start, size = r.offset - t_offset, t_rows * t_cols
-    end = start + (r.rows - 1) * r.ld + r.width if r.rows > 0 and r.width > 0 else start
-    if r.rows > 1:
-        if r.width != t_cols:
-            return f"spans {r.width} of {t_cols} columns of {tensor}"
-        if r.ld != t_cols:
-            return f"uses row stride {r.ld} on {tensor}, whose row stride is {t_cols}"
-        if start % t_cols:
-            return f"starts {start % t_cols} elements into a row of {tensor}"
-    if end > size:
-        return f"reaches {end - size} elements past the end of {tensor}"
-    return None
-
-
 def _capture_operand_problem(
-    ct: CaptureTrace, b: Binding, op: GemmOperand | None, at: int
+    ct: CaptureTrace, x: Launch, b: Binding, op: GemmOperand | None, at: int
 ) -> str | None:
     """The rebuild's operand rule where the capture named the operand's tensor (whole rows of it
     in a process that is no SP14 trainer); a flat allocation the layout gives no shape, or an
@@ -228,11 +169,18 @@ def _capture_operand_problem(
     the GEMM's own arguments)."""
     if b.region is None or (not ct.sp14 and b.in_bounds and b.tensor_shape is None):
         # no name covers it (in a process that is no SP14 trainer, a part of a named buffer
-        # that no tensor names is no finding either): its span of its allocation
-        return None if op is None else _allocation_problem(ct, b.pointer, op.extent_bytes, at)
+        # that no tensor names is no finding either): its span of its allocation, and the
+        # slices its own batch stride implies
+        if op is None:
+            return None
+        found = allocation_problem(ct, b.pointer, op.extent_bytes, at)
+        return found or implied_slice_problem(x.args, b.role.partition("[")[0], op.box)
     buffer = ct.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
         return None
+    shape = None if buffer is None or b.tensor is None else buffer.shapes.get(b.tensor)
+    if b.in_bounds and b.tensor_shape is not None and shape is not None:
+        return slice_problem(b.region, b.tensor_shape, shape, b.tensor)
     if not ct.sp14 and b.in_bounds and b.tensor_shape is not None:
         return rows_problem(b.region, b.tensor_shape, b.tensor)
     return _extent_problem(b)
@@ -249,7 +197,7 @@ def _undecided_operand(ct: CaptureTrace, b: Binding, at: int) -> bool:
     its tensor's exact span) and wherever no recorded allocation holds it."""
     if b.region is not None:
         return False
-    return ct.sp14 or _allocation_of(ct, b.pointer, at) is None
+    return ct.sp14 or allocation_of(ct, b.pointer, at) is None
 
 
 def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
@@ -264,7 +212,7 @@ def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
     ):
         return False
     reach = whole_buffers(ct.layout, pointer, pointer + size)
-    held = _allocation_of(ct, pointer, ct.records[x.index].seq)
+    held = allocation_of(ct, pointer, ct.records[x.index].seq)
     whole = held is not None and (pointer, size) == (held.address, held.bytes)
     return reach is not None and (reach == pointer + size or whole)
 
@@ -280,7 +228,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
             extent = int(x.args.get("bytes", 0))
             for end in ("dst", "src"):
                 pointer = x.args.get(end)
-                if pointer and (problem := _allocation_problem(ct, pointer, extent, at)):
+                if pointer and (problem := allocation_problem(ct, pointer, extent, at)):
                     bad.append(
                         {"launch": x.index, "step": x.step, "label": x.label, "operand": end}
                         | {"problem": problem}
@@ -290,7 +238,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
             if b.region is not None and not b.in_bounds and not _group(ct, x, b):
                 problem = f"touches elements up to {b.region.last} of {b.region.buffer}"
             else:
-                problem = _allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)
+                problem = allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)
             if problem is not None:
                 bad.append(
                     {"launch": x.index, "step": x.step, "label": x.label, "operand": b.role}
@@ -314,6 +262,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         return failed("the process recorded no cuBLAS GEMM at all", gemms=0)
     bad: list[dict[str, Any]] = []
     unnamed: list[dict[str, Any]] = []
+    wrong_tensor = role_problems(ct)  # which tensor each GEMM reads and writes (SP14 only)
     for x in gemms:
         facts = {"launch": x.index, "step": x.step, "label": x.label}
         facts |= {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
@@ -328,8 +277,10 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         at = ct.records[x.index].seq
         for b in x.bindings:
             if problem is None:
-                p = _capture_operand_problem(ct, b, operands.get(b.role), at)
+                p = _capture_operand_problem(ct, x, b, operands.get(b.role), at)
                 problem = None if p is None else f"operand {b.role} {p}"
+        if problem is None and x.index in wrong_tensor:
+            problem = wrong_tensor[x.index]
         if problem is not None:
             bad.append(facts | {"problem": problem})
         elif any(_undecided_operand(ct, b, at) for b in x.bindings):
@@ -386,7 +337,11 @@ INVARIANT = Invariant(
         "For every SGEMM of the production and replay steps, each operand (A, B, C) resolves to "
         "a named tensor and covers exactly its logical extent: it starts at the tensor's first "
         "element, spans all its rows and columns, and walks it with the tensor's row stride. "
-        "Every kernel, memset and copy launch stays inside the buffers it declares."
+        "Every kernel, memset and copy launch stays inside the buffers it declares. On a "
+        "capture, each GEMM of the contract also reads and writes the tensors the contract "
+        "names (online or target weights, save_h_s2 or its scratch, the dir concat or a "
+        "branch's), after the GEMM that writes its input in the step, and an operand on a "
+        "tensor declared with leading axes covers whole slices of it, rows included."
     ),
     why=(
         "A raw cuBLAS SGEMM with K = SH2 against a weight whose leading dimension is SH2 + 1 "
@@ -411,8 +366,10 @@ INVARIANT = Invariant(
     limits=(
         "It judges the regions a launch declares (an SGEMM's boxes from its arguments, a "
         "kernel's from the kernel table), not the elements it really touches: that is EGF013's. "
-        "An operand that spans the whole of a tensor of the right shape passes even when it is "
-        "the wrong tensor (EGF006 asks which concat the d = 0 dW reads), and the legacy wrapper "
+        "On the rebuild the tensors each SGEMM reads are the pipeline's wiring, held to the "
+        "contract's table by a test, not by this check; on a capture a tensor the layout does "
+        "not name is not compared, and which values the right tensor holds is not read (EGF006 "
+        "asks what the concat scratch holds when the d = 0 dW reads it). The legacy wrapper "
         "is left to EGF011. On a capture, a GEMM with an operand in no buffer the layout or "
         "inference names is UNDECIDED unless its arguments show the K = SH2 signature or the "
         "operand overruns its allocation, and a buffer the layout gives no shape is judged by "

@@ -1,7 +1,8 @@
 """The tables of kernels/CONTRACT.md (the contract egf-audit ships with the wheel), drawn from
 the code that holds them, so the file a trainer reads cannot drift from what is audited: the
-presets' dims, the hyper-parameters, the trainer's buffers and its named-offset table, the four
-fixed ABI signatures and the invariants' one-line messages.
+presets' dims, the hyper-parameters, the trainer's buffers and its named-offset table, the
+tensors each GEMM of the step reads and writes, the four fixed ABI signatures and the
+invariants' one-line messages.
 
     python tests/contract_doc.py            # print every region
     python tests/contract_doc.py --write    # rewrite the regions in kernels/CONTRACT.md
@@ -102,12 +103,20 @@ def invariants() -> str:
     return _table(["code", "invariant", "what it requires"], rows)
 
 
+def gemms() -> str:
+    from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS
+
+    rows = [[f"`{g.label}`", f"`{g.a}`", f"`{g.b}`", f"`{g.c}`"] for g in CONTRACT_GEMMS]
+    return _table(["GEMM (label stem)", "reads (A)", "reads (B)", "writes (C)"], rows)
+
+
 REGIONS = {
     "dims": dims,
     "hyper": hyper,
     "buffers": buffers,
     "params": params,
     "abi": abi,
+    "gemms": gemms,
     "invariants": invariants,
 }
 

@@ -172,12 +172,15 @@ def test_llmc_clean_passes_egf001_and_the_gate_says_it_is_no_sp14_trainer():
 
 
 def test_llmc_one_token_in_matmul_backward_is_caught_by_the_generic_egf001():
-    """The dinp GEMM's K = OC - 1: it reads one column short of dout's OC. Where the layout
-    names dresidual, EGF001 names it; by allocation alone the read stays inside its buffer, so
-    it cannot be seen (docs/capture.md)."""
+    """The dinp GEMM's K = OC - 1: it reduces over one row short of the layer's weight slice
+    (and one column short of dout's OC). Where the layout declares the weights stacked over
+    layers, EGF001 names the slice and the row left out; by allocation alone the read stays
+    inside its buffer, so it cannot be seen (docs/capture.md)."""
     status, summary = _verdict(LLMC / "llmc-planted", "EGF001")
     assert status == "fail"
-    assert "operand B spans 127 of 128 columns of dresidual" in summary
+    assert (
+        "operand A spans 127 of 128 rows of slice [1] of fcprojw [2, 128, 512]: row 127 " in summary
+    )
     assert _verdict(LLMC / "llmc-planted", "EGF001", use_layout=False)[0] == "pass"
 
 

@@ -69,6 +69,8 @@ SAMPLE = (
     "3-cublas-A-0x0xzz/clean",
     "3-lt-batch-2-62/runtime/recorded/rt-gemm-lt",
     "3-layout-tensors-overlap/clean",
+    "3-layout-tensor-axes-product-2-41/llmc/recorded/llmc",
+    "3-layout-tensor-9-axes/llmc/recorded/llmc",
     "4-two-processes-launcher-no-exit/two-processes",
     "4-two-processes-launcher-cut-mid-line/two-processes",
     "5-buffer-name-esc-sgr/dw-k-sh2",

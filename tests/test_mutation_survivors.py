@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import capture_plants
 import numpy as np
 import pytest
 from capture_folders import without_layout, write_manifest
@@ -799,6 +800,70 @@ def _no_manifest(folder: Path) -> None:
 # ---- the cases ----
 _GATE_CODES = frozenset({"EGF003", "EGF004", "EGF008"})
 CAPTURE_CASES: dict[str, CaptureCase] = {
+    # which tensor each GEMM reads, in which order (EGF001, invariants/capture_roles.py), and
+    # reductions over whole slices (EGF001, invariants/gemm_spans.py): tests/capture_plants.py
+    "trunk-dw-before-the-forward": CaptureCase(
+        _lie(capture_plants.trunk_dw_before_the_forward), fail=frozenset({"EGF001"})
+    ),
+    "llmc-dweight-k-short": CaptureCase(
+        capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.dweight),
+        fail=frozenset({"EGF001"}),
+    ),
+    "llmc-attention-dq-k-short": CaptureCase(
+        capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.attention_dq),
+        fail=frozenset({"EGF001"}),
+    ),
+    **{
+        f"llmc-ln1-slice-{name}": CaptureCase(build, fail=frozenset({"EGF001"}))
+        for name, build in capture_plants.SLICE_EDITS.items()
+    },
+    # controls: llm.c unmodified, its layout stacked, flat, or none (nothing fails)
+    "llmc-unmodified": CaptureCase(capture_plants.copied(capture_plants.LLMC / "llmc")),
+    "llmc-unmodified-inferred": CaptureCase(
+        capture_plants.copied(capture_plants.LLMC / "llmc"), with_layout=False
+    ),
+    "llmc-unmodified-flat-layout": CaptureCase(
+        capture_plants.flat_layout(capture_plants.copied(capture_plants.LLMC / "llmc"))
+    ),
+    "llmc-qkvr-8-axes": CaptureCase(  # the most axes a tensor may declare
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc",
+            capture_plants.qkvr_as([558464, 1, 1, 2, 3, 4, 4, 32, 32]),
+        )
+    ),
+    "llmc-qkvr-9-axes": CaptureCase(
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc",
+            capture_plants.qkvr_as([558464, 1, 1, 1, 2, 3, 4, 4, 32, 32]),
+        ),
+        refused="at most 8 axes",
+    ),
+    "llmc-qkvr-2-40-elements": CaptureCase(  # the most elements: refused for its buffer's size
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc", capture_plants.qkvr_as([0, 1 << 20, 1 << 10, 1 << 10])
+        ),
+        refused="does not fit its",
+    ),
+    "llmc-qkvr-past-2-40-elements": CaptureCase(
+        capture_plants.layout_edited(
+            capture_plants.LLMC / "llmc", capture_plants.qkvr_as([0, 1 << 20, 1 << 10, 1025])
+        ),
+        refused="more than 2\\*\\*40 elements",
+    ),
+    "llmc-qkvr-one-axis": CaptureCase(
+        capture_plants.layout_edited(capture_plants.LLMC / "llmc", capture_plants.qkvr_as([0, 7])),
+        refused="must be \\[offset, rows, cols\\]",
+    ),
+    # the layout file written before stacked shapes: whole rows of each tensor (dinp, K = OC - 1)
+    "llmc-planted-flat-layout": CaptureCase(
+        capture_plants.flat_layout(capture_plants.copied(capture_plants.LLMC / "llmc-planted")),
+        fail=frozenset({"EGF001"}),
+    ),
+    "llmc-attention-dq-k-short-inferred": CaptureCase(
+        capture_plants.k_short(capture_plants.LLMC / "llmc", capture_plants.attention_dq),
+        with_layout=False,
+        fail=frozenset({"EGF001"}),
+    ),
     # nothing names B and SH2: every check that needs them fails, naming what is missing
     "no-concat-launch-inferred": CaptureCase(
         _lie(no_concat_launch),

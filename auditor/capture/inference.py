@@ -6,7 +6,9 @@ operand identity carries names on: the weight the forward GEMM on the concat scr
 the GEMM that reads `w_b0fc` and writes a [B, SH2+1] box writes `sp14_d_dir_qaux_concat`
 (docs/capture.md, "Without a layout file"). Used only where the capture names no layout file: a
 named layout that cannot be read, or names none of the trainer's pointers, is refused, never
-replaced by this.
+replaced by this. The one shape a GEMM's own arguments imply, the [R, ld] slices a strided
+batch reads where its stride is R rows, is judged by EGF001 from the call itself
+(invariants/gemm_spans.py, `implied_slice_problem`), not named here.
 """
 
 from __future__ import annotations

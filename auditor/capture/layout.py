@@ -11,6 +11,10 @@ The layout file (schema `egf-audit-layout/1`, docs/capture.md):
         "sp14_d_dir_qaux_concat": {"address": ..., "bytes": ..., "shape": [64, 49]},
         "sn_state": {"address": ..., "bytes": ..., "tensors": {"v_b0fc": [32, 1, 49]}}}}
 
+A tensor may declare the leading axes the program slices, `[offset, L, B*T, C]` (or `"shape":
+[L, B*T, C]`, at most MAX_RANK axes): it is held as `[offset, L*B*T, C]` with its declared shape
+beside it (`Buffer.shapes`), and EGF001 holds an operand on it to whole slices.
+
 The file is untrusted: it is read as `--config` is, and every value held to its domain before it
 is used: addresses and sizes inside the process's address space (capture/schema.py), tensors
 inside their buffers and apart from each other (a buffer's `"views"` name the same elements a
@@ -50,6 +54,7 @@ MAX_LAYOUT_BYTES = 16 << 20  # a layout file names buffers and tensors: kilobyte
 MAX_NAME = 256  # characters of a buffer's or a tensor's name
 MAX_DIM = 2**31 - 1  # every dim is an ABI kernel's int argument, or a count of them
 MAX_DIM_LIST = 64  # A and E hold one entry per branch
+MAX_RANK = 8  # axes of one tensor (llm.c's qkvr, [L, 3, B, NH, T, HS], has 6)
 
 
 def _refuse(path: Path, problem: str) -> NoReturn:
@@ -66,17 +71,43 @@ def _name(name: str, where: str, path: Path) -> str:
     return name
 
 
-def _triple(value: Any, where: str, path: Path) -> tuple[int, int, int]:
-    if not (type(value) is list and len(value) == 3 and all(_count(v) for v in value)):
-        _refuse(path, f"{where} must be [offset, rows, cols], integers from 0 to 2**40")
-    return value[0], value[1], value[2]
+def _product(values: list[int]) -> int:
+    """The product of sizes, stopping once it passes LIMIT (no number past 2**80 is made)."""
+    out = 1
+    for v in values:
+        out *= v
+        if out > LIMIT:
+            return LIMIT + 1
+    return out
 
 
-def _table(raw: Any, where: str, path: Path) -> dict[str, tuple[int, int, int]]:
+def _tensor(value: Any, where: str, path: Path) -> tuple[int, ...]:
+    """A tensor as declared: [offset, rows, cols], or [offset, *leading axes, rows, cols] for a
+    tensor the program slices (`[offset, L, B*T, C]`), every entry an integer from 0 to 2**40,
+    at most MAX_RANK axes, at most 2**40 elements."""
+    if not (
+        type(value) is list and 3 <= len(value) <= MAX_RANK + 1 and all(_count(v) for v in value)
+    ):
+        _refuse(
+            path,
+            f"{where} must be [offset, rows, cols] or [offset, leading axes..., rows, cols] (at "
+            f"most {MAX_RANK} axes), integers from 0 to 2**40",
+        )
+    if _product(value[1:]) > LIMIT:
+        _refuse(path, f"{where} holds more than 2**40 elements")
+    return tuple(value)
+
+
+def _flat(declared: tuple[int, ...]) -> tuple[int, int, int]:
+    """A declared tensor as (offset, rows, cols): its leading axes folded into its rows."""
+    return declared[0], _product(list(declared[1:-1])), declared[-1]
+
+
+def _table(raw: Any, where: str, path: Path) -> dict[str, tuple[int, ...]]:
     if type(raw) is not dict:
         _refuse(path, f"{where} must be an object")
     return {
-        _name(k, f"{where}.{k}", path): _triple(v, f"{where}.{k}", path) for k, v in raw.items()
+        _name(k, f"{where}.{k}", path): _tensor(v, f"{where}.{k}", path) for k, v in raw.items()
     }
 
 
@@ -128,7 +159,8 @@ def parse_layout(data: bytes, path: Path) -> CaptureLayout:
     if type(doc.get("param_offsets", {})) is not dict:
         _refuse(path, '"param_offsets" must be an object')
     offsets = _table(doc.get("param_offsets", {}), "param_offsets", path)
-    _refuse_overlapping_tensors(offsets, "param_offsets", path)  # the tensors of `params`
+    # the tensors of `params`
+    _refuse_overlapping_tensors({k: _flat(v) for k, v in offsets.items()}, "param_offsets", path)
     layout = CaptureLayout(dims=_dims(doc.get("dims", {}), path), from_file=True)
     buffers = doc.get("buffers")
     if type(buffers) is not dict or not buffers:
@@ -161,20 +193,30 @@ def _buffer(name: str, spec: Any, offsets: dict, path: Path) -> Buffer:
         )
     size = nbytes // ELEMENT_BYTES
     shaped = True
+    declared: dict[str, tuple[int, ...]]
     if spec.get("params"):
-        tensors = dict(offsets)
+        declared = dict(offsets)
     elif "tensors" in spec:
-        tensors = _table(spec["tensors"], f"{where}.tensors", path)
+        declared = _table(spec["tensors"], f"{where}.tensors", path)
     elif "shape" in spec:
         shape = spec["shape"]
-        if not (type(shape) is list and len(shape) == 2 and all(_count(v) for v in shape)):
-            _refuse(path, f"{where}.shape must be [rows, cols]")
-        tensors = {name: (0, shape[0], shape[1])}
+        if not (
+            type(shape) is list and 2 <= len(shape) <= MAX_RANK and all(_count(v) for v in shape)
+        ):
+            _refuse(
+                path,
+                f"{where}.shape must be [rows, cols] or [leading axes..., rows, cols] (at most "
+                f"{MAX_RANK} axes), integers from 0 to 2**40",
+            )
+        declared = {name: _tensor([0, *shape], f"{where}.shape", path)}
     else:
         # address and bytes only: one flat allocation, judged by its span, never as a row of
         # `size` columns
-        tensors, shaped = {name: (0, 1, size)}, False
-    views = _table(spec.get("views", {}), f"{where}.views", path)
+        declared, shaped = {name: (0, 1, size)}, False
+    declared_views = _table(spec.get("views", {}), f"{where}.views", path)
+    tensors = {k: _flat(v) for k, v in declared.items()}
+    views = {k: _flat(v) for k, v in declared_views.items()}
+    shapes = {k: v[1:] for k, v in (declared | declared_views).items() if len(v) > 3}
     for tensor, (offset, rows, cols) in (tensors | views).items():
         if offset + rows * cols > size:
             _refuse(path, f"tensor {tensor} of {where} does not fit its {size} elements")
@@ -182,7 +224,9 @@ def _buffer(name: str, spec: Any, offsets: dict, path: Path) -> Buffer:
     if both := sorted(set(views) & set(tensors)):
         _refuse(path, f"{where} names {both[0]} both as a tensor and as a view")
     source = "layout file" if allocation is None else "layout file, by its allocation"
-    return Buffer(name, address, size, tensors | views, source, shaped, allocation=allocation)
+    return Buffer(
+        name, address, size, tensors | views, source, shaped, allocation=allocation, shapes=shapes
+    )
 
 
 def _refuse_overlapping_tensors(tensors: dict, where: str, path: Path) -> None:

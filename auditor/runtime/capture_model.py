@@ -155,6 +155,9 @@ class Buffer:
     # named by its allocation, not its address: (bytes, index) = the index-th allocation of that
     # many bytes the process made; its base is 0 until the layout is placed in a process
     allocation: tuple[int, int] | None = None
+    # the declared shape of each tensor the layout gives leading axes the program slices
+    # (`[L, B*T, C]`: its rows above are L * B*T); the last two axes are one slice's rows, cols
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def contains(self, ptr: int) -> bool:
         return self.base <= ptr < self.base + self.size * ELEMENT_BYTES

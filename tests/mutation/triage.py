@@ -36,6 +36,9 @@ class Entry(NamedTuple):
 CC = "invariants/capture_common.py"
 CO = "invariants/common.py"
 E1 = "invariants/egf001_gemm_k_matches_lda.py"
+GS = "invariants/gemm_spans.py"
+CR = "invariants/capture_roles.py"
+AB = "invariants/allocation_bounds.py"
 E2 = "invariants/egf002_dw_unaffected_by_scale.py"
 E3 = "invariants/egf003_wire_zero_under_sentinel.py"
 E4 = "invariants/egf004_wire_gated_proportional.py"
@@ -154,6 +157,155 @@ TRIAGE: tuple[Entry, ...] = (
         "equivalent",
         "the index constant [0] -> [-1] of a one-element array: the same element",
     ),
+    # ---- EGF001: allocation bounds, operand identity, slices (issue 30 items 2 and 3) ----
+    Entry(
+        AB,
+        "allocation_problem",
+        "live_at",
+        "gap",
+        "moved unchanged out of egf001_gemm_k_matches_lda.py: no input points a launch into an "
+        "allocation freed before it ran",
+    ),
+    Entry(
+        AB,
+        "allocation_of",
+        "< -> <=",
+        "unreachable",
+        "an allocation made at the launch's own seq: the reader refuses seqs that do not "
+        "increase strictly",
+    ),
+    Entry(
+        CR,
+        "_writes",
+        "",
+        "gap",
+        "the order rule's writers that are no cuBLAS GEMM (a kernel egf-audit does not know, "
+        "a decoded kernel handed a pointer no buffer names): no input has such a launch write a "
+        "contract GEMM's input ahead of it (every stand-in computes its layers in cuBLAS)",
+    ),
+    Entry(
+        E1,
+        "check_capture",
+        "unbound",
+        "equivalent",
+        "an unbound GEMM has no bindings (gemm_operands binds none) and a bound one always has "
+        "some; the rest is the words of the undecided entry",
+    ),
+    Entry(
+        E1,
+        "check_capture",
+        "its operands are not bound",
+        "equivalent",
+        "the words of the undecided entry of a GEMM without bindings",
+    ),
+    Entry(
+        E1,
+        "check_capture",
+        "not x.bindings",
+        "equivalent",
+        "an unbound GEMM has no bindings and a bound one always has some",
+    ),
+    Entry(
+        E1,
+        "check_capture",
+        "if not ct.sp14",
+        "equivalent",
+        "which of the two passing summaries is given: the words only",
+    ),
+    Entry(
+        GS,
+        "rows_problem",
+        "> 0",
+        "boundary",
+        "an empty box (m, n or k = 0) in a process that is no SP14 trainer",
+    ),
+    Entry(
+        GS,
+        "rows_problem",
+        "r.rows > 1",
+        "boundary",
+        "one-row operands: their row stride is never used; a two-row box with another stride "
+        "still ends past its tensor or fails the column rule",
+    ),
+    Entry(
+        GS,
+        "rows_problem",
+        "-> False",
+        "gap",
+        "no harness input has a process that is no SP14 trainer with a long row stride, a row "
+        "offset or a box past its tensor under a flat layout; the committed probe-ld-long "
+        "(tests/test_capture_h200_programs.py) asserts the row-stride words, and is no input",
+    ),
+    Entry(
+        GS,
+        "slice_problem",
+        "<= 0",
+        "boundary",
+        "an empty box (a GEMM with m, n or k = 0) on a stacked tensor",
+    ),
+    Entry(
+        GS,
+        "slice_problem",
+        "r.rows > 1",
+        "boundary",
+        "a one-row box's row stride is never used; a two-row box on slices of more rows fails "
+        "the partial-slice rule anyway",
+    ),
+    Entry(
+        GS,
+        "slice_problem",
+        "start // C % R -> False",
+        "redundant",
+        "a box starting at row j > 0 of a slice ends j rows into the next slice (partial-slice "
+        "rule) unless it also reads j rows fewer: tests/capture_plants.py's first-row-left-out "
+        "case (added after this run) is that input",
+    ),
+    Entry(
+        GS,
+        "implied_slice_problem",
+        "batch",
+        "boundary",
+        "batch <= 1 -> < 1 or <= 0: a single-batch strided call reaches the rule (only adds "
+        "failures); <= 2: two-batch calls are exempt; the default 1 -> 2 or 0: a call with no "
+        "batch count has no stride either, and returns None on it",
+    ),
+    Entry(
+        GS,
+        "implied_slice_problem",
+        "ld <= 0",
+        "fail-closed",
+        "ld 0 reaches divmod and raises (exit 3); ld <= 1 exempts one-column operands, a "
+        "boundary no GEMM of the inputs has (every ld is 32 or more)",
+    ),
+    Entry(
+        GS,
+        "implied_slice_problem",
+        "stride <= 0",
+        "equivalent",
+        "a stride of 0 gives 0 slice rows, which every box covers; stride <= 1 exempts a stride "
+        "of one element, no whole number of rows of ld > 1",
+    ),
+    Entry(
+        LA,
+        "_product",
+        "",
+        "killed-outside",
+        "the product is only compared with LIMIT: a mutant moves which refusal a tensor of 2**40 "
+        "elements or more gets (more than 2**40 elements / does not fit its buffer), never "
+        "whether it is refused; the refusal words are asserted by tests/test_mutation_survivors"
+        ".py's llmc-qkvr-2-40-elements and llmc-qkvr-past-2-40-elements (read, not yet run with "
+        "the mutant installed)",
+    ),
+    Entry(
+        LA,
+        "_tensor",
+        "",
+        "killed-outside",
+        "a tensor of 2**40 elements or more, or of one axis, is refused by the fit or overlap "
+        "rule instead: the same refusal with other words, which llmc-qkvr-past-2-40-elements, "
+        "llmc-qkvr-2-40-elements and llmc-qkvr-one-axis assert (read, not yet run with the "
+        "mutant installed)",
+    ),
     # ---- EGF001 ----
     Entry(
         E1,
@@ -165,7 +317,7 @@ TRIAGE: tuple[Entry, ...] = (
         "either way",
     ),
     Entry(
-        E1,
+        GS,
         "span_problem",
         "1 -> 2",
         "boundary",

@@ -987,6 +987,42 @@ def _class3() -> Iterator[Case]:
         REFUSED,
         "a buffer named by an allocation of 2**41 bytes",
     )
+
+    def qkvr(value: list[Any]) -> Callable[[dict[str, Any]], Any]:
+        """llm.c's qkvr, declared [L, 3, B, NH, T, HS], declared otherwise."""
+        return lambda d: _buffer(d, "acts_memory")["tensors"].update(qkvr=value)
+
+    def shape_only(buffer: str, shape: list[Any]) -> Callable[[dict[str, Any]], Any]:
+        """One of llm.c's buffers given as one tensor of `shape` (its tensors dropped)."""
+
+        def change(d: dict[str, Any]) -> None:
+            _buffer(d, buffer).pop("tensors", None)
+            _buffer(d, buffer)["shape"] = shape
+
+        return change
+
+    stacked: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "tensor-9-axes": qkvr([0, 1, 1, 1, 1, 1, 1, 1, 32, 32]),
+        "tensor-axes-product-2-41": qkvr([0, 1 << 21, 1 << 20, 1, 1]),
+        "tensor-axis-negative": qkvr([0, 2, -3, 4, 4, 32, 32]),
+        "tensor-axis-float": qkvr([0, 2, 3.0, 4, 4, 32, 32]),
+        "tensor-axis-true": qkvr([0, 2, True, 4, 4, 32, 32]),
+        "tensor-axis-a-list": qkvr([0, [2, 3], 4, 4, 32, 32]),
+        "tensor-stacked-past-buffer": qkvr([7_000_000, 2, 3, 4, 4, 32, 33]),
+        "shape-1-axis": shape_only("m_memory", [7]),
+        "shape-9-axes": shape_only("m_memory", [1] * 9),
+        "shape-axes-product-2-41": shape_only("m_memory", [1 << 14, 1 << 14, 1 << 14]),
+        "shape-stacked-past-buffer": shape_only("m_memory", [2, 1 << 20, 1 << 10]),
+    }
+    for what, change in stacked.items():
+        yield Case(
+            f"3-layout-{what}/{llmc}",
+            3,
+            llmc,
+            _layout_edit(change),
+            REFUSED,
+            f"the layout file's {what}",
+        )
     manifest_edits: dict[str, Callable[[dict[str, Any]], Any]] = {
         "exit-code-string": lambda d: d.update(exit_code="0"),
         "wall-negative": lambda d: d.update(wall_s=-1),

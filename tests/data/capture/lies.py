@@ -1129,6 +1129,24 @@ def dx_k_sh2(capture: Capture) -> Capture:
     return capture
 
 
+def dx_reads_target_w_b0fc(capture: Capture) -> Capture:
+    """Every d = 0 dX GEMM reads the target's w_b0fc (goff_w_b0fc on target_params' base, the
+    tensor of the same shape) instead of the online one: the shapes, spans and strides are the
+    clean ones. In step 0 the target is still the online net's copy, so its dX is the recorded
+    one; from step 1 on it is d_b0_hid . W_target, which the capture does not show: a stand-in
+    gradient (`stand_in`, one per call) that the scale and the accumulates then read."""
+    target = capture.base("target_params") + 4 * capture.offset("w_b0fc")
+    steps = [s.step for s in sites(capture, capture.main)]
+    for i, (_, dx) in enumerate(_dir_gemms(capture, capture.main)):
+        set_gemm_pointer(dx, "A", target)
+        if steps[i] > 0:
+            ((mode, ptr, content),) = dx[""]["_sets"]
+            dx[""]["_sets"] = [
+                (mode, ptr, stand_in(f"dX from W_target {i}", content.size, "gradient"))
+            ]
+    return capture
+
+
 def wrapper_on_main(capture: Capture) -> Capture:
     """The fault catalogue's wrapper-on-main: the main site calls the legacy backward_full
     wrapper (both new pointers 0), whose d = 0 branch takes the K = SH2 path: dW from
@@ -1570,6 +1588,8 @@ LIES: dict[str, Lie] = {
     # the d = 0 backward GEMMs with K = SH2
     "dw-k-sh2": (dw_k_sh2, frozenset({"EGF001", "EGF006", "EGF011"}), False),
     "dx-k-sh2": (dx_k_sh2, frozenset({"EGF001", "EGF011"}), False),
+    # the d = 0 dX GEMM on the target's weights (EGF001: which tensor each GEMM reads)
+    "dx-reads-target-w-b0fc": (dx_reads_target_w_b0fc, frozenset({"EGF001"}), False),
     "wrapper-on-main": (
         wrapper_on_main,
         frozenset({"EGF001", "EGF006", "EGF007", "EGF008", "EGF011"}),

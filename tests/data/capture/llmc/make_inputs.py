@@ -12,8 +12,10 @@ layout.json. llm.c writes no layout file and cannot be changed to, so its buffer
 their allocations (docs/capture.md): its parameters, gradients and AdamW moments are four
 cudaMallocs of one size, in that order; its activations and the backward scratch one each. The
 tensors are llm.c's own tables (fill_in_parameter_sizes, fill_in_activation_sizes), row-major,
-stacked over layers; the scratch its kernels use with several shapes (`output`, `bt4c`,
-`preatt`) is left unnamed, judged by its allocation.
+stacked over layers with the leading axes the program slices declared (`[L, B*T, C]`, `qkvr`
+as `[L, 3, B, NH, T, HS]`: each GEMM operand must cover whole slices, docs/capture.md); the
+scratch its kernels use with several shapes (`output`, `bt4c`, `preatt`) is left unnamed,
+judged by its allocation.
 """
 
 from __future__ import annotations
@@ -31,46 +33,54 @@ HEADER_INTS = 256
 L, NH, C, MAX_T, V, VP = 2, 4, 128, 64, 50257, 50304
 
 
-def parameter_tensors() -> list[tuple[str, int, int]]:
-    """fill_in_parameter_sizes, as [rows, cols] with the row stride the GEMMs read."""
+Shape = tuple[int, ...]
+
+
+def parameter_tensors() -> list[tuple[str, Shape]]:
+    """fill_in_parameter_sizes, row-major, each per-layer weight declared with its layer axis
+    (`qkvw` as [L, 3C, C]: each layer's GEMM reads one [3C, C] slice)."""
     return [
-        ("wte", VP, C), ("wpe", MAX_T, C), ("ln1w", L, C), ("ln1b", L, C),
-        ("qkvw", L * 3 * C, C), ("qkvb", L, 3 * C), ("attprojw", L * C, C), ("attprojb", L, C),
-        ("ln2w", L, C), ("ln2b", L, C), ("fcw", L * 4 * C, C), ("fcb", L, 4 * C),
-        ("fcprojw", L * C, 4 * C), ("fcprojb", L, C), ("lnfw", 1, C), ("lnfb", 1, C),
+        ("wte", (VP, C)), ("wpe", (MAX_T, C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
+        ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)),
+        ("attprojb", (L, C)), ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)),
+        ("fcb", (L, 4 * C)), ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)), ("lnfw", (1, C)),
+        ("lnfb", (1, C)),
     ]  # fmt: skip
 
 
-def activation_tensors(B: int, T: int) -> list[tuple[str | None, int, int]]:
-    """fill_in_activation_sizes; None: scratch used with several shapes, left unnamed
-    (gpt2_backward reuses atty and fch as per-head buffers; `output` holds the QKV, the logits
-    and their gradient)."""
+def activation_tensors(B: int, T: int) -> list[tuple[str | None, Shape]]:
+    """fill_in_activation_sizes, each stacked over layers (and heads) as the GEMMs slice it:
+    `ln1` [L, B*T, C], `att` [L, B, NH, T, T], `qkvr` [L, 3, B, NH, T, HS]. None: scratch used
+    with several shapes, left unnamed (gpt2_backward reuses atty and fch as per-head buffers;
+    `output` holds the QKV, the logits and their gradient)."""
     BT, HS = B * T, C // NH
     return [
-        ("encoded", BT, C), ("ln1", L * BT, C), ("ln1_mean", L, BT), ("ln1_rstd", L, BT),
-        (None, L * BT, C),  # atty: gpt2_backward's buffer_a, per-head blocks of T x HS
-        ("att", L * B * NH * T, T), ("attproj", L * BT, C),
-        ("residual2", L * BT, C), ("ln2", L * BT, C), ("ln2_mean", L, BT), ("ln2_rstd", L, BT),
-        (None, L * BT, 4 * C),  # fch: gpt2_backward's buffer_b, B*NH blocks of T x T
-        ("fch_gelu", L * BT, 4 * C), ("fcproj", L * BT, C),
-        ("residual3", L * BT, C), ("lnf", BT, C), ("lnf_mean", 1, BT), ("lnf_rstd", 1, BT),
-        ("losses", 1, BT), ("qkvr", L * 3 * B * NH * T, HS),
-        (None, BT, max(3 * C, NH * T, VP)),  # output: logits, their gradient, scratch
+        ("encoded", (BT, C)), ("ln1", (L, BT, C)), ("ln1_mean", (L, BT)), ("ln1_rstd", (L, BT)),
+        (None, (L * BT, C)),  # atty: gpt2_backward's buffer_a, per-head blocks of T x HS
+        ("att", (L, B, NH, T, T)), ("attproj", (L, BT, C)),
+        ("residual2", (L, BT, C)), ("ln2", (L, BT, C)), ("ln2_mean", (L, BT)),
+        ("ln2_rstd", (L, BT)),
+        (None, (L * BT, 4 * C)),  # fch: gpt2_backward's buffer_b, B*NH blocks of T x T
+        ("fch_gelu", (L, BT, 4 * C)), ("fcproj", (L, BT, C)),
+        ("residual3", (L, BT, C)), ("lnf", (BT, C)), ("lnf_mean", (1, BT)), ("lnf_rstd", (1, BT)),
+        ("losses", (1, BT)), ("qkvr", (L, 3, B, NH, T, HS)),
+        (None, (BT, max(3 * C, NH * T, VP))),  # output: logits, their gradient, scratch
     ]  # fmt: skip
 
 
-def grad_act_tensors(B: int, T: int) -> list[tuple[str | None, int, int]]:
+def grad_act_tensors(B: int, T: int) -> list[tuple[str | None, Shape]]:
     """fill_in_grad_act_sizes: bt4c and preatt are scratch of several shapes."""
     BT = B * T
-    return [(None, BT, 4 * C), (None, B * NH * T, T), ("dresidual", BT, C)]
+    return [(None, (BT, 4 * C)), (None, (B * NH * T, T)), ("dresidual", (BT, C))]
 
 
-def packed(tensors: list[tuple[str | None, int, int]], prefix: str = "") -> tuple[dict, int]:
+def packed(tensors: list[tuple[str | None, Shape]], prefix: str = "") -> tuple[dict, int]:
+    """The layout file's tensors, [offset, *shape], packed in order; and their total size."""
     out, offset = {}, 0
-    for name, rows, cols in tensors:
+    for name, shape in tensors:
         if name is not None:
-            out[prefix + name] = [offset, rows, cols]
-        offset += rows * cols
+            out[prefix + name] = [offset, *shape]
+        offset += int(np.prod(shape))
     return out, offset
 
 
