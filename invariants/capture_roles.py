@@ -6,7 +6,10 @@ writes (C, or cuBLASLt's D; each batch of a batched call on its own) picks the c
 that write it, and its two read operands must be one of those entries' two read tensors, in
 either operand (a trainer may pass them either way round). Tensors are compared by address, so a
 tensor the layout names twice (a view, a nested buffer) is the same tensor. A tensor the layout
-does not name is not compared: with inference only what inference names is judged. A GEMM whose
+does not name is not compared: with inference only what inference names is judged. An operand in
+a tensor the contract does not name (the trainer's own gradient buffer after an activation
+kernel of its own, a scratch) is the trainer's data flow and not judged here: the rule fails a
+GEMM that reads a contract tensor in another tensor's role. A GEMM whose
 written tensor no entry writes is not this rule's (its span is still judged).
 
 Order: the contract's order within a step binds only where data flows. A GEMM that reads a
@@ -61,6 +64,10 @@ def _named(ct: CaptureTrace, b: Binding) -> str:
     return where(ct, b.pointer)
 
 
+# the buffers the contract's GEMMs read and write: an operand elsewhere is the trainer's own
+BUFFERS = frozenset(ref.buffer for g in CONTRACT_GEMMS for ref in (g.a, g.b, g.c))
+
+
 class _Roles:
     """The contract table placed in one process's layout."""
 
@@ -102,7 +109,7 @@ class _Roles:
             scored = [(len(self.missing_reads(g, pointers)), i) for i, g in enumerate(candidates)]
             misses, best = min(scored)
             entry = candidates[best]
-            if misses:
+            if misses and self._contract_stray(entry, reads):
                 return self._wrong_tensor(entry, reads, suffix)
             for ref in entry.reads:
                 a = self.address.get(ref)
@@ -115,6 +122,17 @@ class _Roles:
                         f"{entry.label} runs after {producer})"
                     )
         return None
+
+    def _contract_stray(self, entry: ContractGemm, reads: list[Binding]) -> bool:
+        """Whether an operand the entry does not expect lies in a buffer the contract names for
+        another role (the target's weights for the online net's, a branch's concat for the dir
+        one's): a trainer's own buffer in its place (the gradient after its own activation
+        kernel, a scratch of its own) is its data flow, not this rule's."""
+        expected = {self.address[r] for r in entry.reads if r in self.address}
+        return any(
+            b.pointer not in expected and b.region is not None and b.region.buffer in BUFFERS
+            for b in reads
+        ) or (len(reads) == 2 and reads[0].pointer == reads[1].pointer and len(expected) == 2)
 
     def _wrong_tensor(self, entry: ContractGemm, reads: list[Binding], suffix: str) -> str:
         expected = {self.address[r] for r in entry.reads if r in self.address}
