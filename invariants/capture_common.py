@@ -308,19 +308,38 @@ def step_alphas(views: list[ScaleView]) -> dict[int, np.float32]:
 
 
 def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Launch, np.ndarray]:
-    """The wire column of the dir dX as the site's first accumulate that reads it found it (the
-    recorder's before-snapshot of its d_concat): what the gate left, whatever ran in between.
-    A site with no such accumulate, or a snapshot without all its values, is missing data."""
+    """The wire column of the dir dX as it was when the site's first accumulate that reads the
+    buffer ran: what the gate left, whatever ran in between. The column is the contract's
+    (column SH2 of sp14_d_dir_qaux_concat, B rows at row stride SH2 + 1), never the one the
+    accumulate's own `ld_concat` names: a launch's arguments are what is audited. Its values
+    come from that accumulate's before-snapshot where it holds the whole buffer from its start,
+    else from a deep capture's memory history just before it; neither is missing data."""
+    from egf_audit.runtime.capture_memory import MemoryHistory, Request
     from egf_audit.runtime.contract import ACCUMULATE_KERNEL, DIR_DX
 
+    rows, ld = dims_of(ct).B, wire_col + 1
+    base = ct.layout.base_of(DIR_DX)
+    if base is None:
+        raise Missing(f"no buffer {DIR_DX} is named (by the layout file or by inference)")
+    wires = np.arange(rows, dtype=np.int64) * ld + wire_col  # elements from the buffer's start
     for x in site_launches(ct, site):
-        if x.name == ACCUMULATE_KERNEL and reads_buffer(x, DIR_DX):
-            r = region(ct, x, "before", "d_concat")
-            ld = x.args.get("ld_concat", 0)
-            values = all_values(r, f"d_concat before {named(x)}")
-            if ld <= wire_col or values.size % ld:
-                raise Missing(f"{named(x)} reads the dir dX with row stride {ld}: no wire column")
-            return x, values.reshape(-1, ld)[:, wire_col]
+        if not (x.name == ACCUMULATE_KERNEL and reads_buffer(x, DIR_DX)):
+            continue
+        r = regions(ct, x, "before").get("d_concat")
+        if r is not None and r.ptr == base and r.elements >= rows * ld:  # the whole buffer
+            return x, all_values(r, f"d_concat before {named(x)}")[wires]
+        before = ct.records[x.index].seq
+        got = MemoryHistory(ct.process).read([Request("wire", before, base, rows * ld * 4)])
+        if isinstance(got["wire"], Missing):
+            if (ld_arg := x.args.get("ld_concat", 0)) != ld:  # its snapshot is of its own rows
+                raise Missing(
+                    f"{named(x)} reads the dir dX with row stride {ld_arg}: no wire column"
+                )
+            raise Missing(
+                f"{named(x)}: no snapshot before it holds the wire column of {DIR_DX} (row "
+                f"stride {ld}), and no memory history has it: {got['wire']}"
+            )
+        return x, got["wire"].view("<f4")[wires]
     raise Missing(f"{site_name(site)}: no accumulate reads {DIR_DX}")
 
 

@@ -13,6 +13,7 @@ capture of that fault too, except where a capture of the trainer cannot express 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.cublas_log import parse_cublas
 from egf_audit.capture.events import read_capture
 from egf_audit.capture.layout import layout_in, load_layout_file
-from egf_audit.invariants import INVARIANTS, capture_common
+from egf_audit.invariants import FAIL, INVARIANTS, PASS, WARN, capture_common, evaluate
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_model import ProcessCapture
 from egf_audit.runtime.effects import GUARD_ELEMENTS
@@ -396,3 +397,84 @@ def test_kept_values_are_the_hashed_ones(captures):
     assert {s.hash_kind for s in proc.snapshots} == {"mix64"}
     for s in complete:
         assert f"{mix64(s.values, 0, -1):016x}" == s.hash
+
+
+# ---- one meaning per invariant: the rebuild and the capture of the same run agree ----
+# Every fault of the catalogue is judged both ways: by the rebuild (egf-audit's own pipeline with
+# the fault's wiring, sentinel and live, as `egf-audit mutants --device cpu` runs it) and by the
+# CPU-emulated deep capture of the stand-in running the same pipeline with the same fault (step
+# 0 sentinel, step 1 live), with its layout file. For every invariant both decide, the two
+# verdicts must be the same (failed, or held), except the rows of docs/capture.md's table
+# "Where the rebuild and the capture differ", which this test holds to what it measures: a row
+# the code no longer needs, or a difference without a row, fails here.
+DIFFER_DOC = Path(__file__).resolve().parents[1] / "docs" / "capture.md"
+DIFFER_REGION = re.compile(
+    r"<!-- BEGIN modes-differ: tested against the catalogue "
+    r"\(tests/test_capture_faults.py\) -->\n(?P<body>.*?)<!-- END modes-differ -->",
+    re.DOTALL,
+)
+HELD = {PASS: "holds", WARN: "holds", FAIL: "fails"}
+
+
+@pytest.fixture(scope="session")
+def rebuilds(ci_audit_run, fault_audit_run) -> dict[str, dict[str, str]]:
+    """fault (or 'clean') -> {code: 'fails' | 'holds'} on the rebuild, any mode failing."""
+    out = {}
+    for name in ["clean", *FAULT_NAMES]:
+        run = ci_audit_run if name == "clean" else fault_audit_run(name)
+        statuses: dict[str, str] = {}
+        for result in evaluate(run):
+            seen = HELD[result.verdict.status]
+            statuses[result.code] = (
+                "fails" if "fails" in (seen, statuses.get(result.code)) else seen
+            )
+        out[name] = statuses
+    return out
+
+
+def _measured_differences(rebuilds, audits) -> dict[tuple[str, str], tuple[str, str]]:
+    """(fault, code) -> (rebuild, capture) wherever both decide and they disagree."""
+    differ = {}
+    for name, rebuild in rebuilds.items():
+        (process,) = audits[name, True].processes
+        for code, verdict in process.verdicts:
+            if verdict.status in HELD and HELD[verdict.status] != rebuild[code]:
+                differ[name, code] = (rebuild[code], HELD[verdict.status])
+    return differ
+
+
+def _documented_differences() -> dict[tuple[str, str], tuple[str, str, str]]:
+    """(fault, code) -> (rebuild, capture, why), from the table in docs/capture.md."""
+    match = DIFFER_REGION.search(DIFFER_DOC.read_text(encoding="utf-8"))
+    assert match, "docs/capture.md lost its modes-differ table"
+    rows = [line for line in match["body"].splitlines() if line.startswith("| `")]
+    table = {}
+    for row in rows:
+        fault, code, rebuild, capture, why = (c.strip() for c in row.strip("|").split("|"))
+        table[fault.strip("`"), code] = (rebuild, capture, why)
+    return table
+
+
+def test_the_rebuild_and_the_capture_give_one_verdict_per_invariant(rebuilds, audits):
+    measured = _measured_differences(rebuilds, audits)
+    documented = _documented_differences()
+    assert set(rebuilds) == {"clean", *FAULT_NAMES}
+    rows = "\n".join(
+        f"| `{fault}` | {code} | {rebuild} | {capture} | "
+        f"{documented.get((fault, code), ('', '', 'WHY?'))[2]} |"
+        for (fault, code), (rebuild, capture) in sorted(measured.items())
+    )
+    assert {k: v[:2] for k, v in documented.items()} == measured, (
+        f"the rebuild and the capture differ where docs/capture.md does not say so, or no "
+        f"longer where it does; the table as measured:\n{rows}"
+    )
+
+
+def test_the_agreement_compares_every_invariant_on_every_fault(rebuilds, audits):
+    """The comparison is not empty: every fault is judged by both, and on each the two decide
+    at least the invariants a deep capture with its layout file always decides."""
+    for name, rebuild in rebuilds.items():
+        assert set(rebuild) == {inv.code for inv in INVARIANTS}, name
+        (process,) = audits[name, True].processes
+        decided = {code for code, v in process.verdicts if v.status in HELD}
+        assert {"EGF001", "EGF005", "EGF007", "EGF010", "EGF013"} <= decided, (name, decided)
