@@ -13,7 +13,8 @@ from egf_audit.invariants.capture_oracle import (
     unnamed_buffers,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.oracle.compare import ABS_TOL, REL_TOL, OracleReport, TensorCheck, compare_step
+from egf_audit.oracle.compare import OracleReport, compare_step
+from egf_audit.oracle.tensor_checks import ABS_TOL, REL_TOL, TensorCheck
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
 if TYPE_CHECKING:

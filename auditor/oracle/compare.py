@@ -26,8 +26,6 @@ are read where the CUDA backend copied them, and only the measured figures reach
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,46 +34,17 @@ import torch
 from egf_audit.oracle import model
 from egf_audit.oracle.inputs import (
     NETS,
-    StepInputs,
     StepSnapshots,
     _f64,
     device,
     load_inputs,
     pipeline_relu_inputs,
-    read_table,
 )
-from egf_audit.runtime.config_view import ConfigView, DimsView, HyperView
-from egf_audit.runtime.contract import (
-    AFTER_BACKWARD,
-    BEFORE_POLYAK,
-    BRANCHES,
-    STEP_END,
-    STEP_START,
-    param_shapes,
-)
+from egf_audit.oracle.tensor_checks import Compared, Joined, Measured, TensorCheck, joined
+from egf_audit.oracle.update_checks import in_update_order, update_rows
+from egf_audit.runtime.config_view import ConfigView, HyperView
+from egf_audit.runtime.contract import AFTER_BACKWARD, BRANCHES, param_shapes
 from egf_audit.runtime.trace import Missing, Trace
-
-ABS_TOL = 1e-6
-REL_TOL = 1e-4
-
-
-def tolerance(max_ref: float, kind: str = "grad") -> float:
-    """ABS_TOL + REL_TOL * max|ref|. Adam's v holds squared gradients, so its absolute floor is
-    ABS_TOL squared: the same tolerance in v's units (1e-6 would exceed every v entry and make
-    the comparison empty)."""
-    floor = ABS_TOL**2 if kind == "adam_v" else ABS_TOL
-    return floor + REL_TOL * max_ref
-
-
-@dataclass(frozen=True)
-class TensorCheck:
-    name: str  # the parameter tensor ("w_b0fc"), or "u_b0fc" / "v_b0fc"
-    kind: str  # "grad", "param", "adam_m", "adam_v", "sn", "target"
-    max_err: float
-    tol: float
-    max_ref: float
-    ok: bool
-    note: str = ""  # why a comparison could not be made in full (shape, missing)
 
 
 @dataclass(frozen=True)
@@ -172,281 +141,6 @@ def argmax_decisions(
     return DecisionCheck(name, int(q.shape[0]), *(int(c) for c in counts))
 
 
-# ---- 2. and 3. values ----
-
-
-def compare(
-    name: str, kind: str, ref: torch.Tensor, got: torch.Tensor | None, note: str = ""
-) -> TensorCheck:
-    """One tensor against its float64 reference, where both are. A missing or differently
-    shaped pipeline tensor fails, with what exists (the common flat prefix) still measured."""
-    ref = ref.detach()
-    max_ref = float(ref.abs().max()) if ref.numel() else 0.0
-    tol = tolerance(max_ref, kind)
-    if got is None:
-        return TensorCheck(name, kind, float("nan"), tol, max_ref, False, note or "missing")
-    if tuple(got.shape) != tuple(ref.shape):
-        note = note or f"shape {list(got.shape)}, reference {list(ref.shape)}"
-        n = min(got.numel(), ref.numel())
-        ref, got = ref.reshape(-1)[:n], got.reshape(-1)[:n]
-    max_err = 0.0
-    if got.numel():
-        err = (got.to(ref.device, torch.float64) - ref).abs()
-        nan, largest = torch.stack([err.isnan().any().to(err.dtype), err.max()]).tolist()
-        max_err = float("nan") if nan else largest
-    ok = not note and bool(max_err <= tol)  # NaN compares False: it fails
-    return TensorCheck(name, kind, max_err, tol, max_ref, ok, note)
-
-
-Compared = tuple[str, str, torch.Tensor, torch.Tensor | None]  # name, kind, ref, got
-
-
-@dataclass(frozen=True)
-class Joined:
-    """Tensors of one kind compared as compare() compares each: `ref` their float64 references
-    laid end to end (`sizes` elements each, in the order of `names`), `got` the pipeline's
-    laid likewise (any dtype; the whole parameter table of a snapshot, say)."""
-
-    kind: str
-    names: list[str]
-    sizes: list[int]
-    ref: torch.Tensor
-    got: torch.Tensor
-
-
-@functools.lru_cache(maxsize=8)
-def _segments(sizes: tuple[int, ...], dev: torch.device) -> torch.Tensor:
-    """Each element's item number, items of `sizes` elements laid end to end: built on the
-    host and copied to `dev` once per layout, not once per step."""
-    ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-    return ids.to(dev)
-
-
-class Measured:
-    """compare() of many items (Compared or Joined), measured on the device: `values` holds
-    every whole item's max|ref| and max|err| ([2, items], NaN where one is NaN, as numpy's max),
-    to be read back with whatever else the caller reads; `checks(values)` then gives the rows
-    compare() gives, in order. Items that are missing, reshaped or empty are compared one by
-    one by compare() itself. The maxima are the same numbers compare() takes (a maximum does
-    not depend on the order)."""
-
-    def __init__(self, items: Sequence[Compared | Joined]):
-        self._rows: list[TensorCheck | tuple[str, str]] = []  # a check, or (name, kind) measured
-        refs: list[torch.Tensor] = []
-        gots: list[torch.Tensor] = []
-        sizes: list[int] = []
-        for item in items:
-            if isinstance(item, Joined):
-                refs.append(item.ref.detach())
-                gots.append(item.got)
-                sizes += item.sizes
-                self._rows += [(name, item.kind) for name in item.names]
-                continue
-            name, kind, ref, got = item
-            if got is not None and ref.numel() and tuple(got.shape) == tuple(ref.shape):
-                refs.append(ref.detach().reshape(-1))
-                gots.append(got.reshape(-1))
-                sizes.append(ref.numel())
-                self._rows.append((name, kind))
-            else:
-                self._rows.append(compare(name, kind, ref, got))
-        self.values: torch.Tensor | None = None
-        if sizes:
-            ref_all = torch.cat(refs) if len(refs) > 1 else refs[0]
-            got_all = torch.cat([g.to(ref_all.device, torch.float64) for g in gots])
-            parts = torch.stack([ref_all.abs(), (got_all - ref_all).abs()])
-            nan = parts.isnan()
-            segment = _segments(tuple(sizes), ref_all.device).expand(4, -1)
-            found = torch.zeros(4, len(sizes), dtype=torch.float64, device=ref_all.device)
-            found.scatter_reduce_(
-                1, segment, torch.cat([parts.masked_fill(nan, 0.0), nan.double()]), "amax"
-            )
-            self.values = found[:2].masked_fill(found[2:] > 0, torch.nan)
-
-    def checks(self, values: list[list[float]] | None) -> list[TensorCheck]:
-        """The rows, from `values` read back (self.values as a list)."""
-        out: list[TensorCheck] = []
-        j = 0
-        for row in self._rows:
-            if isinstance(row, TensorCheck):
-                out.append(row)
-                continue
-            assert values is not None
-            name, kind = row
-            max_ref, max_err = values[0][j], values[1][j]
-            j += 1
-            tol = tolerance(max_ref, kind)
-            ok = bool(max_err <= tol)  # NaN compares False: it fails
-            out.append(TensorCheck(name, kind, max_err, tol, max_ref, ok))
-        return out
-
-
-def compare_many(items: Sequence[Compared | Joined]) -> list[TensorCheck]:
-    """compare() of each item, in order: the whole ones in one pass over them all and one
-    read-back, the others (missing, reshaped, empty) one by one."""
-    measured = Measured(items)
-    return measured.checks(None if measured.values is None else measured.values.tolist())
-
-
-def state_like_params(
-    snaps: StepSnapshots, checkpoint: str, buffer: str, name: str, like: torch.Tensor
-) -> torch.Tensor:
-    """The pre-step Adam state of one tensor shaped like the parameter; a table of another
-    shape (a fault) contributes its flat prefix, the rest is zero."""
-    got = snaps.optional(checkpoint, buffer, name)
-    if got is None:
-        raise Missing(f"no {buffer}.{name} at {checkpoint} (step {snaps.step})")
-    if tuple(got.shape) == tuple(like.shape):
-        return _f64(got)
-    flat = torch.zeros(like.numel(), dtype=torch.float64, device=like.device)
-    n = min(got.numel(), like.numel())
-    flat[:n] = _f64(got.reshape(-1)[:n])
-    return flat.reshape(like.shape)
-
-
-def update_checks(
-    snaps: StepSnapshots,
-    inputs: StepInputs,
-    dims: DimsView,
-    hyper: HyperView,
-    grads_flat: torch.Tensor | None = None,
-) -> list[TensorCheck]:
-    """Adam, the projection and Polyak from the pipeline's own gradients and pre-step state."""
-    names = [name for name, _, _ in param_shapes(dims)]
-    return in_update_order(compare_many(update_rows(snaps, inputs, dims, hyper, grads_flat)), names)
-
-
-def update_rows(
-    snaps: StepSnapshots,
-    inputs: StepInputs,
-    dims: DimsView,
-    hyper: HyperView,
-    grads_flat: torch.Tensor | None = None,
-) -> list[Compared | Joined]:
-    """What update_checks compares, in its order: per tensor Adam m and v, the sn vectors,
-    per tensor the param and the target. Adam and Polyak are elementwise: each runs once over
-    every tensor laid end to end. A state or post-step table laid as the params are is
-    compared whole (`Joined`); one of another shape (a fault) tensor by tensor, as before.
-    `grads_flat`: grad_buf's parameter table in float64, when the caller has it."""
-    t = snaps.checkpoint_meta(BEFORE_POLYAK).get("adam_t")
-    if not isinstance(t, int) or t < 1:
-        raise Missing(f"before_polyak records no valid adam_t (got {t!r})")
-    shapes = param_shapes(dims)
-    names = [name for name, _, _ in shapes]
-    sizes = [rows * cols for _, rows, cols in shapes]
-    if grads_flat is None:
-        grads_flat = read_table(snaps, AFTER_BACKWARD, "grad_buf", dims)[0]
-    m0, v0 = (_state_table(snaps, buffer, inputs.params, dims) for buffer in ("adam_m", "adam_v"))
-    stepped_flat, m1, v1 = model.adam(inputs.params_flat, grads_flat, m0, v0, t, hyper)
-    m_rows = _rows_of("adam_m", m1, snaps, BEFORE_POLYAK, "adam_m", dims)
-    v_rows = _rows_of("adam_v", v1, snaps, BEFORE_POLYAK, "adam_v", dims)
-
-    at = names.index("w_b0fc")
-    start, (_, rows, cols) = sum(sizes[:at]), shapes[at]
-    w_b0fc = stepped_flat[start : start + rows * cols].view(rows, cols)
-    u0 = _f64(snaps.array(STEP_START, "sn_state", "u_b0fc", (1, dims.ADV)))
-    projected, sn_u1, sn_v1 = model.spectral_norm(w_b0fc, u0, hyper.sigma_max)
-    w_b0fc.copy_(projected)  # the params after the step: written in place
-    sn_rows: list[Compared | Joined] = [
-        (name, "sn", ref, snaps.optional(BEFORE_POLYAK, "sn_state", name))
-        for name, ref in (("u_b0fc", sn_u1), ("v_b0fc", sn_v1))
-    ]
-
-    # Polyak from the pipeline's own post-step params (the reference's where they are missing)
-    # and the pre-step target
-    after_table = snaps.table(BEFORE_POLYAK, "params", dims)
-    target_table = snaps.table(STEP_END, "target_params", dims)
-    stepped: dict[str, torch.Tensor] = {}  # each tensor of the step's params, where needed
-    if after_table is None or target_table is None:
-        parts = _split(stepped_flat, [(r, c) for _, r, c in shapes])
-        stepped = dict(zip(names, parts, strict=True))
-    if after_table is not None:
-        online = _f64(after_table)
-    else:
-        afters = {name: snaps.optional(BEFORE_POLYAK, "params", name) for name in names}
-        online = _joined(
-            [_f64(a) if (a := afters[n]) is not None and a.shape == stepped[n].shape
-             else stepped[n] for n in names]
-        )  # fmt: skip
-    target = model.polyak(inputs.target_params_flat, online, hyper.tau)
-    if after_table is not None and target_table is not None:
-        tail: list[Compared | Joined] = [
-            Joined("param", names, sizes, stepped_flat, after_table),
-            Joined("target", names, sizes, target, target_table),
-        ]
-    else:
-        targets = _split(target, [(r, c) for _, r, c in shapes])
-        tail = [
-            (name, "param", stepped[name], snaps.optional(BEFORE_POLYAK, "params", name))
-            for name in names
-        ]
-        tail += [
-            (name, "target", ref, snaps.optional(STEP_END, "target_params", name))
-            for name, ref in zip(names, targets, strict=True)
-        ]
-    state = [*_listed(m_rows), *_listed(v_rows)]
-    return state + sn_rows + tail
-
-
-def _state_table(
-    snaps: StepSnapshots, buffer: str, params: model.Params, dims: DimsView
-) -> torch.Tensor:
-    """The pre-step Adam state laid end to end in float64: the table whole where it is laid
-    as the params are, else tensor by tensor (state_like_params)."""
-    table = snaps.table(STEP_START, buffer, dims)
-    if table is not None:
-        return _f64(table)
-    return _joined([state_like_params(snaps, STEP_START, buffer, n, p) for n, p in params.items()])
-
-
-def _rows_of(
-    kind: str, ref: torch.Tensor, snaps: StepSnapshots, checkpoint: str, buffer: str,
-    dims: DimsView,
-) -> Joined | list[Compared]:  # fmt: skip
-    """`ref` (every tensor end to end) against `buffer` at `checkpoint`: whole where the table
-    is laid as the params are, else tensor by tensor through the pipeline's own table."""
-    shapes = param_shapes(dims)
-    names = [name for name, _, _ in shapes]
-    table = snaps.table(checkpoint, buffer, dims)
-    if table is not None:
-        return Joined(kind, names, [r * c for _, r, c in shapes], ref, table)
-    refs = _split(ref, [(r, c) for _, r, c in shapes])
-    return [
-        (name, kind, part, snaps.optional(checkpoint, buffer, name))
-        for name, part in zip(names, refs, strict=True)
-    ]
-
-
-def _listed(rows: Joined | list[Compared]) -> list[Compared | Joined]:
-    return [rows] if isinstance(rows, Joined) else list(rows)
-
-
-def in_update_order(checks: list[TensorCheck], names: list[str]) -> list[TensorCheck]:
-    """The update's rows in the order they are reported: per tensor Adam m then v, the sn
-    vectors, per tensor param then target (each kind and name is one row)."""
-    place = {name: i for i, name in enumerate(names)}
-    n = len(names)
-
-    def position(c: TensorCheck) -> int:
-        if c.kind in ("adam_m", "adam_v"):
-            return 2 * place[c.name] + (c.kind == "adam_v")
-        if c.kind == "sn":
-            return 2 * n + (c.name != "u_b0fc")
-        return 2 * n + 2 + 2 * place[c.name] + (c.kind == "target")
-
-    return sorted(checks, key=position)
-
-
-def _joined(tensors: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([x.reshape(-1) for x in tensors])
-
-
-def _split(flat: torch.Tensor, shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    """`flat` cut back into tensors of `shapes`, in order (views)."""
-    sizes = [int(torch.Size(s).numel()) for s in shapes]
-    return [part.reshape(s) for part, s in zip(flat.split(sizes), shapes, strict=True)]
-
-
 # ---- the step ----
 
 
@@ -535,9 +229,7 @@ def compare_step(trace: Trace, step: int, config: ConfigView) -> OracleReport:
     grads_flat = None
     if grads_table is not None:
         grads_flat = _f64(grads_table)
-        grad_rows = [
-            Joined("grad", names, [r * c for _, r, c in shapes], _joined(refs), grads_flat)
-        ]
+        grad_rows = [Joined("grad", names, [r * c for _, r, c in shapes], joined(refs), grads_flat)]
     else:
         assert grads_got is not None
         grad_rows = [
