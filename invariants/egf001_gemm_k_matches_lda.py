@@ -18,9 +18,8 @@ from egf_audit.invariants.gemm_spans import (
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.capture_spans import whole_buffers
 from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
-from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape
+from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, gemm_operand_boxes
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.recorder import gemm_operand_boxes
 from egf_audit.runtime.trace import buffer_size
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from egf_audit.runtime.contract import (
     SITES,
     at_site,
 )
-from egf_audit.runtime.recorder import contraction
+from egf_audit.runtime.gemm_rules import contraction
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from egf_audit.runtime.recorder import contraction
+from egf_audit.runtime.gemm_rules import contraction
 
 if TYPE_CHECKING:
     from egf_audit.runtime.trace import Region

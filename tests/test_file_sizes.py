@@ -18,7 +18,6 @@ OVER_LIMIT_ALLOWED: dict[str, str] = {
     "invariants/egf005_target_net_untouched.py": "being split in a parallel branch",
     "invariants/egf007_d_h_s2_accumulation.py": "being split in a parallel branch",
     "auditor/cli/commands.py": "being split in a parallel branch",
-    "auditor/runtime/recorder.py": "to be split by what each part knows (issue 32 item 2); not yet",
 }
 
 

@@ -13,8 +13,7 @@ import torch
 from egf_audit.invariants.egf010_oracle_agreement import INVARIANT as EGF010
 from egf_audit.invariants.egf010_oracle_agreement import MAX_LISTED, _number
 from egf_audit.oracle import compare as oracle
-from egf_audit.oracle import tensor_checks
-from egf_audit.oracle import model
+from egf_audit.oracle import model, tensor_checks
 from egf_audit.oracle.compare import compare_step
 from egf_audit.pipeline.config import Config, preset_config
 from egf_audit.pipeline.instance import Probes

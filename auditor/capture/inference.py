@@ -24,8 +24,8 @@ from egf_audit.runtime.contract import (
     SCALE_KERNEL,
     TARGET,
 )
+from egf_audit.runtime.gemm_rules import contraction
 from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.recorder import contraction
 
 
 def _single(name: str, base: int, rows: int, cols: int, source: str) -> Buffer:

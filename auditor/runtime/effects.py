@@ -9,6 +9,7 @@ decides a verdict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,3 +110,28 @@ def _clear_box(flags: Any, box: tuple[int, int, int, int]) -> None:
     for r in range(full, rows):
         start = offset + r * ld
         flags[max(start, 0) : min(start + width, size)] = False
+
+
+def guard_breaches(
+    found: list[tuple[int, str, int, int]], names: dict[int, str]
+) -> tuple[GuardBreach, ...]:
+    """A backend's guard findings (base, side, distance, count) named by buffer; a base no
+    buffer starts at (freed since) is dropped."""
+    return tuple(
+        GuardBreach(names[base], side, distance, count)
+        for base, side, distance, count in found
+        if base in names
+    )
+
+
+def stray_writes(
+    changes: list[tuple[int, int, int, int, int]],
+    names: dict[int, str],
+    tensor_at: Callable[[str, int], str | None],
+) -> tuple[StrayWrite, ...]:
+    """A backend's changes outside the declared regions (base, first, count, old, new) named by
+    buffer and by the tensor holding the first changed element."""
+    return tuple(
+        StrayWrite(names[base], first, tensor_at(names[base], first), count, old, new)
+        for base, first, count, old, new in changes
+    )

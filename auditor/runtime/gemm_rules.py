@@ -65,3 +65,23 @@ def invalid_value(shape: GemmShape) -> str | None:
         if ld < max(1, rows):
             return f"{INVALID_VALUE}: {name} = {ld} is below max(1, {rows}), the rows it stores"
     return None
+
+
+def gemm_operand_boxes(shape: GemmShape) -> dict[str, tuple[int, int, int]]:
+    """(rows, width, ld) of A, B and C as row-major boxes. A column-major operand stored as
+    (r x c) with leading dimension ld is, row-major, c rows of r elements with row stride ld."""
+    transa, transb, m, n, k, lda, ldb, ldc = shape
+    a_stored = (m, k) if transa == "N" else (k, m)
+    b_stored = (k, n) if transb == "N" else (n, k)
+    return {
+        "A": (a_stored[1], a_stored[0], lda),
+        "B": (b_stored[1], b_stored[0], ldb),
+        "C": (n, m, ldc),
+    }
+
+
+def contraction(role: str, transa: str, transb: str) -> str:
+    """What K runs over for a row-major operand of an SGEMM: "columns" (x of y = x . W^T, the
+    forward) or "rows" (x of dW = dY^T . x, a weight gradient, K = the batch)."""
+    op = transa if role == "A" else transb
+    return "columns" if (role == "A") == (op == "T") else "rows"

@@ -3,10 +3,11 @@
 Instrumented mode records each launch in order with its raw arguments, resolves every pointer to
 (buffer, region, tensor), and takes snapshots at named checkpoints. An out-of-bounds launch is
 recorded and NOT executed, so the audit reports it instead of corrupting memory. Every executed
-launch is watched (runtime/effects.py): each buffer is compared bitwise with its state before the
-launch outside the regions the launch declares it writes, the backend's guard zones are checked
-after every kernel, and a kernel whose process crashed, exited or hung is recorded so, its later
-launches skipped. Plain mode runs the same calls with all of that off.
+launch is watched (runtime/launch_watch.py, runtime/effects.py): each buffer is compared bitwise
+with its state before the launch outside the regions the launch declares it writes, the
+backend's guard zones are checked after every kernel, and a kernel whose process crashed, exited
+or hung is recorded so, its later launches skipped. Plain mode runs the same calls with all of
+that off.
 
 On the CPU each launch's observation is made before the next launch runs. On the GPU it is queued
 behind the launch on the device (backends/cuda_observe.py) and only the buffers the launch can
@@ -27,64 +28,12 @@ from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
 from egf_audit.runtime import costs as cost_kinds
 from egf_audit.runtime import gemm_rules
-from egf_audit.runtime.backends.base import (
-    Backend,
-    BreachFound,
-    StrayFound,
-    StreamWatch,
-    Watch,
-    in_stream_order,
-)
-from egf_audit.runtime.effects import (
-    CONTAINED,
-    Effects,
-    GuardBreach,
-    LaunchFailed,
-    StrayWrite,
-)
-from egf_audit.runtime.gemm_rules import GemmShape
+from egf_audit.runtime.backends.base import Backend
+from egf_audit.runtime.effects import Effects, LaunchFailed
+from egf_audit.runtime.gemm_rules import GemmShape, gemm_operand_boxes
+from egf_audit.runtime.launch_watch import LaunchSite, LaunchWatcher
 from egf_audit.runtime.memory import AddressMap, Layout
 from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace, recorded_launch
-
-
-def gemm_operand_boxes(shape: GemmShape) -> dict[str, tuple[int, int, int]]:
-    """(rows, width, ld) of A, B and C as row-major boxes. A column-major operand stored as
-    (r x c) with leading dimension ld is, row-major, c rows of r elements with row stride ld."""
-    transa, transb, m, n, k, lda, ldb, ldc = shape
-    a_stored = (m, k) if transa == "N" else (k, m)
-    b_stored = (k, n) if transb == "N" else (n, k)
-    return {
-        "A": (a_stored[1], a_stored[0], lda),
-        "B": (b_stored[1], b_stored[0], ldb),
-        "C": (n, m, ldc),
-    }
-
-
-def contraction(role: str, transa: str, transb: str) -> str:
-    """What K runs over for a row-major operand of an SGEMM: "columns" (x of y = x . W^T, the
-    forward) or "rows" (x of dW = dY^T . x, a weight gradient, K = the batch)."""
-    op = transa if role == "A" else transb
-    return "columns" if (role == "A") == (op == "T") else "rows"
-
-
-class _Site:
-    """One distinct launch of a step: its bindings and what watching it needs, computed once.
-    Every step repeats the same launches with the same pointers, so a launch looks its site up
-    by the arguments its bindings depend on, and the site is also the key of its observation
-    plan on the device (cuda_observe.py)."""
-
-    __slots__ = ("bindings", "executed", "exempt", "reach")
-
-    def __init__(
-        self,
-        bindings: tuple[Binding, ...],
-        exempt: dict[int, tuple[tuple[int, int, int, int], ...]],
-        reach: tuple[int, ...],
-    ):
-        self.bindings = bindings
-        self.executed = all(b.in_bounds for b in bindings)  # else refused: out of bounds
-        self.exempt = exempt  # per allocation: the boxes the launch may change it in
-        self.reach = reach  # the allocations the launch can reach (those its pointers land in)
 
 
 class Recorder:
@@ -108,17 +57,15 @@ class Recorder:
         # a launch's site (its bindings, exemptions, reach) once per distinct set of the
         # arguments they depend on.
         self._bindings: dict[tuple, Binding] = {}
-        self._sites: dict[tuple, _Site] = {}
+        self._sites: dict[tuple, LaunchSite] = {}
         self._trace = Trace(scenario=scenario, backend=backend.name, layout=layout.as_dict())
-        # every buffer as it was after the last launch (made at the first watched launch)
-        self._watch: Watch | StreamWatch | None = None
-        self._stream: StreamWatch | None = None  # the watch, when it queues (CUDA)
-        self._direct: Watch | None = None  # the watch, when it compares now (CPU)
-        self._buffer_at: dict[int, str] = {}  # buffer name by base pointer
-        # launches whose observation is queued on the device: (index, launch, failure)
-        self._queued: list[tuple[int, Launch, str | None]] = []
         self.costs = cost_kinds.current()  # set while `egf-audit bench --profile` profiles
+        self.watcher = LaunchWatcher(backend, address_map, layout, self.costs, scenario)
         self._started = time.perf_counter()
+
+    def settle(self) -> None:
+        """Bring every queued observation's findings onto its launch (launch_watch.py)."""
+        self.watcher.settle(self._trace.launches)
 
     @property
     def trace(self) -> Trace:
@@ -149,7 +96,7 @@ class Recorder:
         shape = (tensor.offset, tensor.rows, tensor.cols) if tensor else None
         return Binding(role, ptr, access, region, tensor.name if tensor else None, shape, in_bounds)
 
-    def _site(self, key: tuple, bindings: tuple[Binding, ...]) -> _Site:
+    def _site(self, key: tuple, bindings: tuple[Binding, ...]) -> LaunchSite:
         """The site of the launches whose bindings depend on `key` alone, kept for the next."""
         exempt: dict[int, tuple[tuple[int, int, int, int], ...]] = {}
         reach: dict[int, None] = {}
@@ -161,7 +108,7 @@ class Recorder:
             if b.writes:
                 r = b.region
                 exempt[base] = (*exempt.get(base, ()), (r.offset, r.rows, r.width, r.ld))
-        site = self._sites[key] = _Site(bindings, exempt, tuple(reach))
+        site = self._sites[key] = LaunchSite(bindings, exempt, tuple(reach))
         return site
 
     def _record(
@@ -170,7 +117,7 @@ class Recorder:
         name: str,
         label: str,
         args: dict,
-        site: _Site | None,
+        site: LaunchSite | None,
         run: Callable[[], None],
     ) -> None:
         """Run the launch (unless refused) and, instrumented, append it with what it did.
@@ -191,124 +138,21 @@ class Recorder:
         elif executed:
             if label in self.capture_inputs_of:
                 self._capture_inputs(label, site.bindings)
-            if self._watch is None:
-                self._start_watch()
-            failure = self._run(index, name, label, run)
-            stream = self._stream
-            if stream is not None:
+            failure = self.watcher.run(index, name, label, run)
+            if self.watcher.queues:
                 # the observation is queued behind the launch; `settle` brings its findings
-                stream.queue(site, kind, name, site.reach, site.exempt, self.costs)
                 launch = recorded_launch(
                     index, self.step, kind, name, label, args, site.bindings, True, None
                 )
                 launches.append(launch)
-                self._queued.append((index, launch, failure))
+                self.watcher.queue(site, kind, name, index, launch, failure)
                 return
-            effects = self._observe(kind, site, failure)
+            effects = self.watcher.observe(kind, site, failure)
         launches.append(
             recorded_launch(
                 index, self.step, kind, name, label, args, site.bindings, executed, effects
             )
         )
-
-    def _timed(self, kind: str, work: Callable[[], Any]) -> Any:
-        """`work`, charged to `kind` of the profile collecting now (none: just run it)."""
-        if self.costs is None:
-            return work()
-        return self.costs.timed(kind, self.backend.synchronize, work)
-
-    def _start_watch(self) -> None:
-        """Copies of every buffer as it is now, made at the first watched launch."""
-        bases = list(self.amap.bases.values())
-        watch = self._watch = self._timed(cost_kinds.SHADOWS, lambda: self.backend.watch(bases))
-        if in_stream_order(watch):
-            self._stream = watch
-        else:
-            self._direct = watch
-
-    def _run(self, index: int, name: str, label: str, run: Callable[[], None]) -> str | None:
-        """Run a watched launch; what it reported when the process running it failed."""
-        try:
-            if self.costs is None:  # the common case: no wrapper per launch
-                run()
-            else:
-                self._timed(cost_kinds.LAUNCH, run)
-        except LaunchFailed as exc:
-            where = f"{self._trace.scenario} launch #{index} ({label})"
-            self.backend.failed_kernels[name] = f"{name} {exc.what} at {where}"
-            return exc.what
-        return None
-
-    def _observe(self, kind: str, site: _Site, failure: str | None) -> Effects:
-        """What the launch just run did, observed now (the CPU backend)."""
-        watch = self._direct
-        assert watch is not None  # made by _start_watch before the launch ran
-        breaches: tuple[GuardBreach, ...] = ()
-        if kind == "kernel":
-            found = self._timed(cost_kinds.GUARDS, self.backend.guard_breaches)
-            breaches = self._guard_breaches(found) if found else ()
-        exempt = site.exempt
-        if self.costs is None:
-            changes = watch.changes(exempt)
-        else:
-            changes = self._timed(cost_kinds.COMPARISONS, lambda: watch.changes(exempt))
-        strays = self._stray_writes(changes) if changes else ()
-        if failure is None and not breaches and not strays:
-            return CONTAINED
-        return Effects(strays, breaches, failure)
-
-    def settle(self) -> None:
-        """Bring the findings of every queued observation onto its launch: one wait for the
-        device, one copy of the findings. A launch the trace no longer holds (the bench clears
-        its trace between steps) is skipped."""
-        watch = self._stream
-        if watch is None or not self._queued:
-            return
-        found = self._timed(cost_kinds.READBACK, watch.collect)
-        if len(found) != len(self._queued):
-            raise RuntimeError(
-                f"{len(self._queued)} launches queued for observation, {len(found)} observed"
-            )
-        launches = self._trace.launches
-        held = len(launches)
-        for (index, launch, failure), (strays, breaches) in zip(self._queued, found, strict=True):
-            if index < held and launches[index] is launch:
-                # The recorder completes its own launch in place: its trace is handed out only
-                # settled, so no reader has seen the launch yet, and a new Launch per launch
-                # would cost as much as the rest of its recording.
-                if not strays and not breaches and failure is None:
-                    effects = CONTAINED
-                else:
-                    effects = Effects(
-                        self._stray_writes(strays), self._guard_breaches(breaches), failure
-                    )
-                    effects = CONTAINED if effects.contained else effects
-                object.__setattr__(launch, "effects", effects)
-        self._queued.clear()
-
-    def _guard_breaches(self, found: list[BreachFound]) -> tuple[GuardBreach, ...]:
-        names = self._names()
-        return tuple(
-            GuardBreach(names[base], side, distance, count)
-            for base, side, distance, count in found
-            if base in names
-        )
-
-    def _names(self) -> dict[int, str]:
-        if len(self._buffer_at) != len(self.amap.bases):
-            self._buffer_at = {base: buffer for buffer, base in self.amap.bases.items()}
-        return self._buffer_at
-
-    def _stray_writes(self, changes: list[StrayFound]) -> tuple[StrayWrite, ...]:
-        names = self._names()
-        found = []
-        for base, first, count, old, new in changes:
-            buffer = names[base]
-            tensor = self.layout.buffer(buffer).tensor_at(first)
-            found.append(
-                StrayWrite(buffer, first, tensor.name if tensor else None, count, old, new)
-            )
-        return tuple(found)
 
     def _capture_inputs(self, label: str, bindings: tuple[Binding, ...]) -> None:
         buffers = sorted({b.region.buffer for b in bindings if b.reads and b.region})
@@ -465,7 +309,7 @@ class Recorder:
 
     def _snapshot(self, buffers: list[str] | tuple[str, ...]) -> Snapshot:
         ptrs = [self.amap.bases[b] for b in buffers]
-        copies = self._timed(cost_kinds.SNAPSHOTS, lambda: self.backend.snapshot(ptrs))
+        copies = self.watcher.timed(cost_kinds.SNAPSHOTS, lambda: self.backend.snapshot(ptrs))
         on_device = getattr(self.backend, "device_view", None)  # the CUDA backend's
         return Snapshot(dict(zip(buffers, copies, strict=True)), self.backend.to_host, on_device)
 
