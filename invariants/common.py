@@ -172,3 +172,35 @@ def kinds(failures: Iterable[Mapping[str, object]]) -> list[str]:
 
 def count_by(failures: Iterable[Mapping[str, object]], kind: str) -> int:
     return sum(1 for f in failures if f["kind"] == kind)
+
+
+# ---- a box of rows against a buffer (EGF007) ----
+def covers_all(region: Region, n: int) -> bool:
+    """Whether the region's rows together write every element of [0, n), elements outside it
+    ignored: its rows as intervals cut to [0, n), sorted, the first starting at 0 and each
+    starting at or before what the rows before it reached, the last reach n. Row by row, never
+    listing the elements (a prod d_h_s2 has 2 Mi of them and 4096 rows)."""
+    if n <= 0:
+        return True
+    if region.rows <= 0 or region.width <= 0:
+        return False
+    starts = region.offset + np.arange(region.rows, dtype=np.int64) * region.ld
+    ends = starts + region.width
+    inside = (ends > 0) & (starts < n)
+    starts, ends = np.maximum(starts[inside], 0), ends[inside]
+    if starts.size == 0:
+        return False
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)  # one past the last element written so far
+    return bool(starts[0] == 0 and reach[-1] >= n and (starts[1:] <= reach[:-1]).all())
+
+
+def column_hits(region: Region, period: int, column: int) -> int:
+    """How many elements of a box lie in `column` of rows `period` wide (flat index % period
+    == column): counted row by row, as the box's flat indices would be, without listing them."""
+    if region.rows <= 0 or region.width <= 0:
+        return 0
+    starts = (region.offset + np.arange(region.rows, dtype=np.int64) * region.ld) % period
+    first = (column - starts) % period  # the first c in [0, width) with (start + c) % period
+    return int(np.where(first < region.width, (region.width - 1 - first) // period + 1, 0).sum())

@@ -11,7 +11,7 @@ Three facts per call site and step of the mode's production trace:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,7 +32,9 @@ from egf_audit.invariants.capture_common import (
 )
 from egf_audit.invariants.common import (
     bit_mismatch,
+    column_hits,
     count_by,
+    covers_all,
     in_step,
     json_float,
     listed,
@@ -40,15 +42,20 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed
-from egf_audit.oracle.inputs import StepSnapshots, device, flat_snapshot
+from egf_audit.invariants.trunk_entry import (
+    MEASURED,
+    TrunkEntry,
+    entry_json,
+    recompute,
+    trunk_entry,
+)
+from egf_audit.oracle.inputs import device, flat_snapshot
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     BEFORE_BACKWARD_FULL,
     BRANCHES,
     DIR_DX,
     SITES,
-    STEP_START,
-    TRUNK_ENTRY,
     site_checkpoint,
 )
 from egf_audit.runtime.trace import Missing
@@ -56,14 +63,7 @@ from egf_audit.runtime.trace import Missing
 if TYPE_CHECKING:
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.capture_model import CaptureTrace
-    from egf_audit.runtime.trace import Launch, Region, Trace
-
-UNIT_ROUNDOFF = 2.0**-24  # fp32
-FP32_TINY = float(np.finfo(np.float32).tiny)
-
-
-def concat_dx_buffer(d: int) -> str:
-    return DIR_DX if d == 0 else f"sp14_d_b{d}_concat"
+    from egf_audit.runtime.trace import Launch, Trace
 
 
 def _first_backward_full_launch(trace: Trace, step: int, site: str) -> Launch:
@@ -122,117 +122,6 @@ def _memsets_all(launch: Launch, n: int) -> bool:
     return covers_all(dst, n)
 
 
-def covers_all(region: Region, n: int) -> bool:
-    """Whether the region's rows together write every element of [0, n), elements outside it
-    ignored: its rows as intervals cut to [0, n), sorted, the first starting at 0 and each
-    starting at or before what the rows before it reached, the last reach n. Row by row, never
-    listing the elements (a prod d_h_s2 has 2 Mi of them and 4096 rows)."""
-    if n <= 0:
-        return True
-    if region.rows <= 0 or region.width <= 0:
-        return False
-    starts = region.offset + np.arange(region.rows, dtype=np.int64) * region.ld
-    ends = starts + region.width
-    inside = (ends > 0) & (starts < n)
-    starts, ends = np.maximum(starts[inside], 0), ends[inside]
-    if starts.size == 0:
-        return False
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)  # one past the last element written so far
-    return bool(starts[0] == 0 and reach[-1] >= n and (starts[1:] <= reach[:-1]).all())
-
-
-class TrunkEntry(TypedDict):
-    """d_h_s2 at one site's trunk entry against its float64 recomputation."""
-
-    step: int
-    site: str
-    elements_over: int  # elements whose error exceeds the bound
-    max_abs_err: float
-    max_abs_ref: float
-    max_err_over_bound: float
-
-
-def _recompute(run: AuditRun, trace: Trace, step: int, site: str) -> torch.Tensor:
-    """|d_h_s2 - ref| against the bound gamma_N * M, elementwise, where M sums the magnitudes of
-    every term and N is twice the number of terms an element sums (VALH products, one column
-    per branch, AUXK products). gamma_N = N u / (1 - N u) bounds the error of ANY fp32
-    evaluation order of such a sum (Higham, Accuracy and Stability, ch. 3), so the tolerance
-    holds for cuBLAS and the CPU alike with no tuned constant. In float64 on the oracle's
-    device: on the GPU the snapshots are read where they were copied. Returns [elements over,
-    max|err|, max|ref|, max err/bound] on that device, read back with every other site-step's
-    (_trunk_entry)."""
-    dims = run.config.dims
-    s2 = dims.SH2
-    point = site_checkpoint(site, TRUNK_ENTRY)
-    snaps = StepSnapshots(trace, step, device())
-    w_v0 = snaps.array(STEP_START, "params", "w_v0").double()
-    w_aux = snaps.array(STEP_START, "params", "w_aux").double()
-    d_v_hid = snaps.array(point, "d_v_hid").double()
-    d_aux = snaps.array(point, "d_aux_logits").double()
-    concat = [
-        snaps.array(point, concat_dx_buffer(d)).double()[:, :s2] for d in range(len(BRANCHES))
-    ]
-    got = snaps.array(point, "d_h_s2").double()
-    shapes = {
-        "d_v_hid": (d_v_hid.shape, (dims.B, dims.VALH)),
-        "w_v0": (w_v0.shape, (dims.VALH, s2)),
-        "d_aux_logits": (d_aux.shape, (dims.B, dims.AUXK)),
-        "w_aux": (w_aux.shape, (dims.AUXK, s2)),
-        "d_h_s2": (got.shape, (dims.B, s2)),
-        **{concat_dx_buffer(d): (c.shape, (dims.B, s2)) for d, c in enumerate(concat)},
-    }
-    for name, (shape, expected) in shapes.items():
-        if tuple(shape) != expected:
-            raise Missing(f"{name} at {point} (step {step}) is {list(shape)}, not {list(expected)}")
-
-    ref = d_v_hid @ w_v0 + sum(concat) + d_aux @ w_aux
-    magnitude = d_v_hid.abs() @ w_v0.abs() + sum(c.abs() for c in concat)
-    magnitude = magnitude + d_aux.abs() @ w_aux.abs()
-    terms = 2 * (dims.VALH + len(BRANCHES) + dims.AUXK)
-    gamma = terms * UNIT_ROUNDOFF / (1.0 - terms * UNIT_ROUNDOFF)
-    bound = gamma * magnitude + terms * FP32_TINY  # the floor covers subnormal flushing
-    err = (got - ref).abs()
-    err = torch.where(err.isnan(), torch.inf, err)  # a NaN never passes
-    over = (~(err <= bound)).sum().double()  # a NaN bound fails too
-    return torch.stack([over, err.max(), ref.abs().max(), (err / bound).max()])
-
-
-def _trunk_entry(step: int, site: str, measured: list[float]) -> TrunkEntry:
-    """A _recompute read back."""
-    return {
-        "step": step,
-        "site": site,
-        "elements_over": int(measured[0]),
-        "max_abs_err": measured[1],
-        "max_abs_ref": measured[2],
-        "max_err_over_bound": measured[3],
-    }
-
-
-Measured = Literal["max_err_over_bound", "max_abs_err", "max_abs_ref"]
-MEASURED: tuple[Measured, ...] = ("max_err_over_bound", "max_abs_err", "max_abs_ref")
-
-
-def _json(result: TrunkEntry) -> dict[str, object]:
-    """The entry as evidence: its measured floats strict JSON (NaN and Inf by name)."""
-    out: dict[str, object] = dict(result)
-    for k in MEASURED:
-        out[k] = json_float(result[k])
-    return out
-
-
-def _column_hits(region: Region, period: int, column: int) -> int:
-    """How many elements of a box lie in `column` of rows `period` wide (flat index % period
-    == column): counted row by row, as the box's flat indices would be, without listing them."""
-    if region.rows <= 0 or region.width <= 0:
-        return 0
-    starts = (region.offset + np.arange(region.rows, dtype=np.int64) * region.ld) % period
-    first = (column - starts) % period  # the first c in [0, width) with (start + c) % period
-    return int(np.where(first < region.width, (region.width - 1 - first) // period + 1, 0).sum())
-
-
 def _wire_column_reads(trace: Trace, step: int, sh2: int) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for x in in_step(trace, step):
@@ -240,7 +129,7 @@ def _wire_column_reads(trace: Trace, step: int, sh2: int) -> list[dict[str, obje
             continue
         for b in x.bindings:
             if b.reads and b.region is not None and b.region.buffer == DIR_DX:
-                hits = _column_hits(b.region, sh2 + 1, sh2)
+                hits = column_hits(b.region, sh2 + 1, sh2)
                 if hits:
                     out.append(
                         {
@@ -266,7 +155,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
         for site in SITES:
             zeroing.append(_zeroing_failures(trace, step, site, dims.B * dims.SH2))
             nonzero = _baseline_nonzero(trace, step, site)
-            measures.append(torch.cat([nonzero.reshape(1), _recompute(run, trace, step, site)]))
+            measures.append(torch.cat([nonzero.reshape(1), recompute(run, trace, step, site)]))
         checked.append((step, _wire_column_reads(trace, step, dims.SH2), zeroing))
         accumulates += sum(1 for x in in_step(trace, step) if x.name == ACCUMULATE_KERNEL)
     read = iter(torch.stack(measures).tolist())
@@ -276,10 +165,10 @@ def check(run: AuditRun, mode: str) -> Verdict:
         for site, zeroing_failures in zip(SITES, zeroing, strict=True):
             measured = next(read)
             failures += zeroing_failures + _baseline_failures(step, site, int(measured[0]))
-            result = _trunk_entry(step, site, measured[1:])
+            result = trunk_entry(step, site, measured[1:])
             errors.append(result)
             if result["elements_over"]:
-                failures.append({"kind": "trunk-entry-mismatch", **_json(result)})
+                failures.append({"kind": "trunk-entry-mismatch", **entry_json(result)})
         failures += wire_reads
 
     pairs = len(errors)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from egf_audit.invariants.egf007_d_h_s2_accumulation import covers_all
+from egf_audit.invariants.common import covers_all
 from egf_audit.runtime.trace import Region
 
 

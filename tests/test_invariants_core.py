@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
-from egf_audit.invariants.egf005_target_net_untouched import polyak_error_ulps
+from egf_audit.invariants.polyak import polyak_error_ulps
 from egf_audit.pipeline.config import preset_config
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.scenarios.faults import FAULTS

@@ -51,6 +51,8 @@ E10 = "invariants/egf010_oracle_agreement.py"
 E11 = "invariants/egf011_wrapper_path_residual.py"
 E12 = "invariants/egf012_gate_range_fail_closed.py"
 E13 = "invariants/egf013_kernel_effects_contained.py"
+PO = "invariants/polyak.py"
+TE = "invariants/trunk_entry.py"
 LA = "auditor/capture/layout.py"
 IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
@@ -447,7 +449,7 @@ TRIAGE: tuple[Entry, ...] = (
         "position == first_step is the step_start checkpoint: no bindings",
     ),
     Entry(
-        E5,
+        PO,
         "polyak_error_ulps",
         "",
         "gap",
@@ -463,8 +465,8 @@ TRIAGE: tuple[Entry, ...] = (
         "a result exactly 2 ulp away (the tolerance's edge)",
     ),
     Entry(
-        E5,
-        "_snapshot_problems",
+        PO,
+        "polyak_snapshot_problems",
         "> -> >=",
         "boundary",
         "a result exactly 2 ulp away (the tolerance's edge)",
@@ -512,15 +514,15 @@ TRIAGE: tuple[Entry, ...] = (
         "index == first_gemm is that GEMM, not a copy or memset",
     ),
     Entry(
-        E5,
-        "_polyak_argument_problems",
+        PO,
+        "polyak_argument_problems",
         "stated is None",
         "equivalent",
         "the surviving one is line 251's: whose tau the finding's words name",
     ),
     Entry(
-        E5,
-        "_polyak_argument_problems",
+        PO,
+        "polyak_argument_problems",
         "not isinstance(tau, float)",
         "unreachable",
         "polyak_ema's tau is a float parameter in the kernel table: decoded, it is a float",
@@ -559,13 +561,13 @@ TRIAGE: tuple[Entry, ...] = (
         "the loop then starts at the checkpoint itself, which it skips",
     ),
     Entry(
-        E7,
-        "_recompute",
+        TE,
+        "recompute",
         "shape != expected",
         "unreachable",
         "the snapshots' shapes come from the run's own layout",
     ),
-    Entry(E7, "_recompute", "err <= bound", "boundary", "an error exactly at the proved bound"),
+    Entry(TE, "recompute", "err <= bound", "boundary", "an error exactly at the proved bound"),
     Entry(
         E7,
         "check",
