@@ -15,7 +15,7 @@ from pathlib import Path
 
 from egf_audit import __version__
 from egf_audit.capture.audit import CaptureAudit, ProcessAudit, audit_capture
-from egf_audit.cli.commands import Deliveries, RunOutcome, deliver, document_gate
+from egf_audit.cli.delivery import Deliveries, RunOutcome, deliver, document_gate
 from egf_audit.cli.outputs import check_distinct, gate_outputs, is_stdout
 from egf_audit.cli.paths import document_base, shown
 from egf_audit.errors import UsageError

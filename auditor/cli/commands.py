@@ -14,7 +14,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,27 +24,26 @@ from egf_audit import __version__, invariants
 from egf_audit.cli import sanitize
 from egf_audit.cli import witness as witness_run
 from egf_audit.cli.changed_lines import base_ref, changed_hunks
-from egf_audit.cli.outputs import STDOUT, Outputs, check_distinct, gate_outputs
+from egf_audit.cli.delivery import (
+    WHITESPACE_ONLY,
+    Deliveries,
+    RunOutcome,
+    annotating,
+    deliver,
+    document_gate,
+)
+from egf_audit.cli.outputs import check_distinct, gate_outputs
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
 from egf_audit.errors import AuditEnvironmentError, about_option
 from egf_audit.oracle import warmup as oracle_warmup
-from egf_audit.outputs.step_summary import append_step_summary
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
 from egf_audit.reports import github
-from egf_audit.reports.blame import blame_lines
 from egf_audit.reports.document import (
-    committed_sources,
-    first_stale_line,
     render_document,
-    stale_diff,
-    whitespace_only_lines,
 )
-from egf_audit.reports.json_report import render_json
-from egf_audit.reports.junit import render_junit
-from egf_audit.reports.model import AuditReport, CaptureReport, Gate, RunInfo
-from egf_audit.reports.workflow import in_github_actions
+from egf_audit.reports.model import AuditReport, Gate, RunInfo
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
@@ -53,7 +52,6 @@ from egf_audit.scenarios.audit import Auditor, mode_scenarios
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")
 DEFAULT_STEPS = 2
-WHITESPACE_ONLY = "in whitespace only"  # a stale reason that is an editor's, not the sources'
 CUPY_EXTRAS = "pip install 'egf-audit[cuda13]' (CUDA 13) or 'egf-audit[cuda12]' (CUDA 12)"
 
 
@@ -93,25 +91,6 @@ class RunRequest:
         return gate_outputs(
             self.out, self.json_out, self.junit_out, self.trace_out, self.output_format
         )
-
-
-@dataclass
-class RunOutcome:
-    gate: Gate
-    document: str
-    exit_code: int
-    written: list[Path] = field(default_factory=list)
-    stdout: list[str] = field(default_factory=list)  # `-` outputs and --output-format text
-    annotations: list[str] = field(default_factory=list)  # GitHub workflow commands, for stdout
-    # per failed verdict (code, mode): "EGF007[sentinel] is blamed on FILE:LINE (...)"
-    blamed: dict[tuple[str, str], list[str]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # one-line warnings that change no exit code
-    advice: str = ""  # for a stale document: the command that brings it up to date
-    typed_out: str = ""  # --out as typed, for messages to the user who typed it
-
-    @property
-    def report(self) -> AuditReport | CaptureReport:
-        return self.gate.report
 
 
 def shaping_options(req: RunRequest, config: Config) -> dict[str, object]:
@@ -216,15 +195,6 @@ def pick_backend(
     return backend, f"cpu (picked by --device auto: no usable GPU: {cuda_usable()[1]})"
 
 
-def _read_committed(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AuditEnvironmentError(f"cannot read {path}: {exc}") from None
-
-
 def _displayed(kernels: KernelSet, base: Path) -> KernelSet:
     """The kernel set as the document names it: a trainer's file by its repository path."""
     sources = tuple(
@@ -323,14 +293,10 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
                 f"sources are meant, {outcome.advice}"
             )
     # the changed lines place the annotations, and the text's blame lines where --base asks
-    wanted = _annotating(req.output_format) or req.base_ref is not None
+    wanted = annotating(req.output_format) or req.base_ref is not None
     changed = _changed_lines(req, report, outcome) if wanted else {}
     _write_outputs(req, outcome, run, seconds, changed)
     return outcome
-
-
-def _annotating(output_format: str) -> bool:
-    return in_github_actions() or output_format == "github"
 
 
 def _changed_lines(
@@ -350,50 +316,6 @@ def _gate(req: RunRequest, report: AuditReport, document: str, base: Path) -> Ga
     return document_gate(report, document, Path(req.out), req.check, base)
 
 
-def document_gate(
-    report: AuditReport | CaptureReport, document: str, out: Path, check: bool, base: Path
-) -> Gate:
-    """The gate of a rendered document: with `check`, whether the committed one at `out` is
-    current (the rebuild's and the capture's documents alike)."""
-    shown_out = shown(out, base)
-    if not check:
-        return Gate(report, shown_out)
-    committed = _read_committed(out)
-    if committed is None:
-        return Gate(
-            report,
-            shown_out,
-            checked=True,
-            stale=True,
-            stale_reason="does not exist",
-            diff=(f"{shown_out} does not exist\n",),
-        )
-    diff = stale_diff(committed, document, shown_out)
-    if not diff:
-        return Gate(report, shown_out, checked=True)
-    was, now = committed_sources(committed), committed_sources(document)
-    reason = "differs from the regenerated audit"
-    spaces = whitespace_only_lines(committed, document)
-    if spaces:  # an editor's reformatting: the sources are the same
-        many = len(spaces) > 1
-        where = ", ".join(map(str, spaces[:-1])) + " and " * many + str(spaces[-1])
-        reason += (
-            f" {WHITESPACE_ONLY} (line{'s' * many} {where} of the committed file: an editor "
-            f"or formatter changed {'them' if many else 'it'})"
-        )
-    elif was is not None and now is not None and was != now:
-        reason = f"was made from other sources ({was.rstrip('.')}) than this run audited ({now})"
-    return Gate(
-        report,
-        shown_out,
-        checked=True,
-        stale=True,
-        stale_reason=reason,
-        diff=tuple(diff),
-        stale_line=first_stale_line(committed, document),
-    )
-
-
 def _write_outputs(
     req: RunRequest,
     outcome: RunOutcome,
@@ -410,53 +332,3 @@ def _write_outputs(
         seconds,
         changed,
     )
-
-
-@dataclass(frozen=True)
-class Deliveries:
-    """Where a gate's outputs go (None: not asked for; `-`: stdout)."""
-
-    out: Path
-    check: bool
-    json_out: Path | None
-    junit_out: Path | None
-    trace_out: Path | None
-
-
-def deliver(
-    outcome: RunOutcome,
-    to: Deliveries,
-    trace_lines: Callable[[], list[str]],
-    output_format: str,
-    step_summary: Callable[[Gate], str],
-    seconds: dict[str, float] | None = None,
-    changed: dict[str, list[tuple[int, int]]] | None = None,
-) -> None:
-    """Write every output of a gate, the rebuild's or a capture's. Every file output is staged
-    before any is replaced: one that cannot be written (exit 3) leaves all existing files as
-    they were. `-` outputs are printed after the files."""
-    gate = outcome.gate
-    outputs = Outputs()
-    if not to.check:
-        outputs.add(to.out, outcome.document, option="out")
-    json_text = render_json(gate, outcome.exit_code)
-    junit_text = render_junit(gate, seconds)
-    outputs.add(to.json_out, json_text)
-    outputs.add(to.junit_out, junit_text)
-    if to.trace_out is not None:
-        outputs.add(to.trace_out, "\n".join(trace_lines()) + "\n")
-    if output_format == "json":
-        outputs.add(STDOUT, json_text)
-    elif output_format == "junit":
-        outputs.add(STDOUT, junit_text)
-    outcome.written = outputs.write()
-    outcome.stdout = outputs.stdout
-    if _annotating(output_format):
-        outcome.annotations = github.annotation_commands(gate, changed)
-    outcome.blamed = blame_lines(gate, changed)
-    if in_github_actions():
-        try:
-            append_step_summary(step_summary(gate))
-        except OSError as exc:
-            # the summary is a courtesy to the reader of the job; it never changes the verdict
-            outcome.notes.append(f"could not append to GITHUB_STEP_SUMMARY: {exc}")

@@ -38,7 +38,7 @@ from egf_audit.cli.progress import progress_for
 from egf_audit.cli.project import ProjectSettings, find_settings, given, near, setting
 
 if TYPE_CHECKING:
-    from egf_audit.cli.commands import RunOutcome
+    from egf_audit.cli.delivery import RunOutcome
     from egf_audit.reports.model import AuditReport, CaptureReport
 
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")  # the same as commands.DEFAULT_OUT
