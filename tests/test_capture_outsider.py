@@ -27,33 +27,12 @@ pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None, reason="nvcc is not on PATH: the outsider is built with it"
 )
 
+EXPECTED = json.loads((OUTSIDER / "expected.json").read_text(encoding="utf-8"))
 # what each capture of the outsider fails, with its layout file: its README's table ("expected
 # (default, layout)"; `--deep` adds EGF010 where the numbers differ from its oracle's)
-FAILS: dict[str, frozenset[str]] = {
-    "clean": frozenset(),
-    "fwd-k-sh2": frozenset({"EGF001", "EGF011"}),
-    "dw-k-sh2": frozenset({"EGF001", "EGF002", "EGF006", "EGF011"}),
-    "dx-k-sh2": frozenset({"EGF001", "EGF011"}),
-    "skip-scale": frozenset({"EGF003", "EGF004", "EGF008"}),
-    "cql-site-ungated": frozenset({"EGF003", "EGF004", "EGF008"}),
-    "scale-wrong-col": frozenset({"EGF003", "EGF004", "EGF008"}),
-    "skip-rebuild": frozenset({"EGF006"}),
-    "no-zero-d-h-s2": frozenset({"EGF007"}),
-    "accumulate-wire-col": frozenset({"EGF003", "EGF004", "EGF007"}),
-    "target-grad-leak": frozenset({"EGF005"}),
-    "polyak-tau-swap": frozenset({"EGF005"}),
-    "wrapper-on-main": frozenset({"EGF001", "EGF006", "EGF008", "EGF011"}),
-    "sn-vector-sh2": frozenset({"EGF001", "EGF011"}),
-    "scale-x-concat": frozenset({"EGF003", "EGF004", "EGF008"}),
-    "scale-dw-wire-col": frozenset({"EGF002", "EGF003", "EGF004", "EGF008"}),
-    "no-nan-branch": frozenset({"EGF003"}),
-    "dw-s1-k-short": frozenset({"EGF001"}),
-    # the d = 0 dX GEMM on the target's w_b0fc: EGF001's role table names both tensors
-    "dx-reads-target": frozenset({"EGF001"}),
-    "concat-up-down-swapped": frozenset({"EGF006"}),
-}
+FAILS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in EXPECTED["fails"].items()}
 # what the default capture structurally cannot decide (no adam_update; not deep)
-UNDECIDED = {"default": {"EGF009", "EGF010", "EGF013"}, "deep": {"EGF009"}}
+UNDECIDED = {mode: set(codes) for mode, codes in EXPECTED["undecided"].items()}
 
 
 @cache
@@ -142,3 +121,47 @@ def test_without_its_guards_the_target_forward_fails_closed(root: str, tmp_path)
     verdict = dict(process.verdicts)["EGF005"]
     assert verdict.status == "fail"
     assert "neither an observation of the launch nor a snapshot" in verdict.summary
+
+
+# ---- the GPU recording's checker (.ci/gpu's outsider part), on recordings made up here ----
+def _checker():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_verdicts", OUTSIDER / "check_verdicts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _line(capture: str, failing: set[str], undecided: set[str] = frozenset()) -> dict:
+    codes = [f"EGF{i:03d}" for i in range(1, 14)]
+    status = {
+        c: "fail" if c in failing else "undecided" if c in undecided else "pass" for c in codes
+    }
+    verdicts = {c: [s, "words"] for c, s in status.items()}
+    return {"capture": capture, "layout": "file", "processes": [{"verdicts": verdicts}]}
+
+
+def _recording(mode_prefix: str, deep: bool) -> list[dict]:
+    mode = "deep" if deep else "default"
+    lines = []
+    for fault, codes in FAILS.items():
+        undecided = UNDECIDED[mode] if fault == "clean" else set()
+        failing = set(codes) | ({"EGF010"} if deep and fault != "clean" else set())
+        lines.append(_line(f"{mode_prefix}{fault}", failing, undecided))
+    return lines
+
+
+def test_the_gpu_checker_passes_a_recording_as_expected_and_fails_each_departure() -> None:
+    check = _checker()
+    good = _recording("out-", False) + _recording("out-deep-", True) + _recording("out-rt-", False)
+    assert check.problems(good) == []
+    wrong = [dict(x) for x in good]
+    wrong[1] = _line("out-fwd-k-sh2", {"EGF011"})  # EGF001 no longer fails
+    assert any("out-fwd-k-sh2" in p for p in check.problems(wrong))
+    assert any("no recording of dw-k-sh2" in p for p in check.problems(good[:2] + good[3:]))
+    too_many = [*good, _line("out-rt-clean-2", set())]
+    assert any("no expectation" in p for p in check.problems(too_many))
+    undecided = good[: -len(FAILS)] + _recording("out-rt-", True)  # EGF010 added outside --deep
+    assert check.problems(undecided)
+    assert check.problems([]) == ["no capture recorded with its layout file"]
