@@ -54,3 +54,18 @@ def test_another_toolchain_and_cache_regenerate_the_same_bytes(tmp_path):
     import torch
 
     assert b"Imaginary" not in second and torch.__version__.encode() not in second
+
+
+def test_the_committed_document_is_what_the_bundled_kernels_give_today(tmp_path):
+    """docs/dqn-wire-up-audit.md is generated, never edited: a change to an invariant's text,
+    a kernel or the renderers that does not regenerate it makes .ci/run's gate fail after the
+    whole test run; here it fails at once, with the first line that differs."""
+    committed = (Path(__file__).resolve().parents[1] / "docs" / "dqn-wire-up-audit.md").read_bytes()
+    fresh, _ = _audit(tmp_path / "repo", dict(os.environ))
+    if fresh != committed:
+        pairs = zip(committed.decode().splitlines(), fresh.decode().splitlines(), strict=False)
+        line = next((i for i, (a, b) in enumerate(pairs, 1) if a != b), None)
+        raise AssertionError(
+            f"docs/dqn-wire-up-audit.md is stale from line {line}: run `egf-audit run` "
+            "(--device cpu) at the repository root and commit it"
+        )
