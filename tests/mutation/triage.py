@@ -63,6 +63,23 @@ TRIAGE: tuple[Entry, ...] = (
     # ---- capture_common ----
     Entry(
         CC,
+        "wire_at_accumulate",
+        "base is None",
+        "fail-closed",
+        "without the guard a dims-bearing capture that names no sp14_d_dir_qaux_concat reads "
+        "no snapshot (its pointer is no int) and the history refuses or crashes: a FAIL or an "
+        "exit 3, never a pass",
+    ),
+    Entry(
+        CC,
+        "wire_at_accumulate",
+        "ld_concat",
+        "killed-outside",
+        "the branch chooses the missing data's words only; tests/test_capture_before.py fails "
+        "on it (accumulate-wire-col's default capture, its EGF003/EGF004 summaries)",
+    ),
+    Entry(
+        CC,
         "dims_of",
         "",
         "fail-closed",
