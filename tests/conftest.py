@@ -60,12 +60,13 @@ NIGHTLY = os.environ.get("EGF_AUDIT_NIGHTLY") == "1"
 # Under `--dist loadfile` (the README's test command) a worker runs each file whole, so its
 # module and session fixtures are built once. Files that share an expensive session fixture
 # count as one file here, so it is built once for all of them (`fault_audit_run`: every fault's
-# audit, 0.5 s each, read by three files). (pytest-xdist's own `loadgroup` does not group
+# audit, 0.5 s each, read by four files). (pytest-xdist's own `loadgroup` does not group
 # under pytest 9: it renames items after pytest has fixed their ids.)
 SHARED_SCOPES = {
     "test_registries.py": "fault-audits",
     "test_invariants_flow.py": "fault-audits",
     "test_invariants_core.py": "fault-audits",
+    "test_capture_faults.py": "fault-audits",  # the rebuild beside each fault's capture
 }
 
 
