@@ -75,6 +75,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None  # xdist's own choice
     from xdist.scheduler import LoadFileScheduling
 
+    config.option.loadscopereorder = False  # the order of LONGEST_FIRST, not by test count
+
     class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = super()._split_scope(nodeid)
@@ -83,20 +85,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return SharedFixtureScheduling(config, log)
 
 
-# The longest test files (seconds of a 2-core run, measured with --junitxml), handed out first:
-# `--dist loadfile` gives each worker the next file as it finishes one, so a long file collected
-# last would run alone at the end while the other worker idles. Longest first keeps the tail
-# short; the other files keep their order, and every file its own test order.
+# The longest test files (seconds of a 2-core run, from --junitxml), handed out first: under
+# `--dist loadfile` a worker takes the next file as it finishes one, so a long file handed out
+# last runs alone while the other worker idles. Longest first (xdist's own order, by number of
+# tests, is switched off in pytest_xdist_make_scheduler); the other files follow in collection
+# order, and each file keeps its own test order. A group of SHARED_SCOPES goes where its first
+# file goes.
 LONGEST_FIRST = (
-    "test_capture_faults.py",  # 65 s: every fault's deep capture, and the rebuild beside it
+    "test_capture_faults.py",  # 65 s: every fault's deep capture; its group, fault-audits
     "test_kernels_dir.py",  # 46 s
     "test_capture_cpu.py",  # 39 s
     "test_capture_lies.py",  # 37 s
     "test_install_paths.py",  # 31 s
     "test_capture_outsider.py",  # 28 s
     "test_bench.py",  # 22 s
-    "test_properties.py",  # 22 s
+    "test_properties.py",  # 21 s
     "test_mutation_survivors.py",  # 20 s
+    "test_capture_hostile.py",  # 17 s
+    "test_document_portable.py",  # 13 s
+    "test_integrity_effects.py",  # 13 s
+    "test_capture_before.py",  # 12 s
+    "test_project_settings.py",  # 11 s
+    "test_capture_h200_programs.py",  # 10 s
+    "test_capture_files.py",  # 10 s
+    "test_docs_commands.py",  # 10 s
+    "test_integrity_stream.py",  # 10 s
+    "test_capture.py",  # 9 s
+    "test_recorder_build.py",  # 9 s
 )
 
 
