@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FAKE_CXX = """#!/bin/sh
 # a compiler that reports another version and compiles with the real one
 if [ "$1" = "--version" ]; then echo "g++ (Imaginary Toolchain) 99.1.0"; exit 0; fi
@@ -30,7 +32,29 @@ def _audit(folder: Path, env: dict[str, str]) -> tuple[bytes, str]:
     return (folder / "docs" / "dqn-wire-up-audit.md").read_bytes(), done.stdout
 
 
-def test_another_toolchain_and_cache_regenerate_the_same_bytes(tmp_path):
+@pytest.fixture(scope="module")
+def default_audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, str]:
+    """The document and stdout of a plain `egf-audit run --device cpu` in a fresh folder."""
+    base = {k: v for k, v in os.environ.items() if k not in ("CXX", "EGF_AUDIT_CACHE")}
+    return _audit(tmp_path_factory.mktemp("default") / "repo", base)
+
+
+def test_the_committed_document_is_what_the_bundled_kernels_give_today(default_audit):
+    """docs/dqn-wire-up-audit.md is generated, never edited: a change to an invariant's text,
+    a kernel or the renderers that does not regenerate it makes .ci/run's gate fail after the
+    whole test run; here it fails at once, with the first line that differs."""
+    committed = (Path(__file__).resolve().parents[1] / "docs" / "dqn-wire-up-audit.md").read_bytes()
+    fresh, _ = default_audit
+    if fresh != committed:
+        pairs = zip(committed.decode().splitlines(), fresh.decode().splitlines(), strict=False)
+        line = next((i for i, (a, b) in enumerate(pairs, 1) if a != b), None)
+        raise AssertionError(
+            f"docs/dqn-wire-up-audit.md is stale from line {line}: run `egf-audit run` "
+            "(--device cpu) at the repository root and commit it"
+        )
+
+
+def test_another_toolchain_and_cache_regenerate_the_same_bytes(tmp_path, default_audit):
     import shutil
 
     real = shutil.which("g++") or shutil.which("c++")
@@ -39,7 +63,7 @@ def test_another_toolchain_and_cache_regenerate_the_same_bytes(tmp_path):
     fake.write_text(FAKE_CXX.format(real=real))
     fake.chmod(0o755)
     base = {k: v for k, v in os.environ.items() if k not in ("CXX", "EGF_AUDIT_CACHE")}
-    first, first_out = _audit(tmp_path / "one", base)
+    first, first_out = default_audit
     other = {
         **base,
         "CXX": str(fake),
@@ -54,18 +78,3 @@ def test_another_toolchain_and_cache_regenerate_the_same_bytes(tmp_path):
     import torch
 
     assert b"Imaginary" not in second and torch.__version__.encode() not in second
-
-
-def test_the_committed_document_is_what_the_bundled_kernels_give_today(tmp_path):
-    """docs/dqn-wire-up-audit.md is generated, never edited: a change to an invariant's text,
-    a kernel or the renderers that does not regenerate it makes .ci/run's gate fail after the
-    whole test run; here it fails at once, with the first line that differs."""
-    committed = (Path(__file__).resolve().parents[1] / "docs" / "dqn-wire-up-audit.md").read_bytes()
-    fresh, _ = _audit(tmp_path / "repo", dict(os.environ))
-    if fresh != committed:
-        pairs = zip(committed.decode().splitlines(), fresh.decode().splitlines(), strict=False)
-        line = next((i for i, (a, b) in enumerate(pairs, 1) if a != b), None)
-        raise AssertionError(
-            f"docs/dqn-wire-up-audit.md is stale from line {line}: run `egf-audit run` "
-            "(--device cpu) at the repository root and commit it"
-        )
