@@ -232,7 +232,7 @@ NOT_THE_STANDIN = {
     "deep": "the stand-in captured --deep on the H200 (tests/test_capture_h200_programs.py "
     "judges those; the emulation's deep capture is tests/test_capture_deep.py's)",
     "outsider": "a trainer written from the docs alone, with its scripts (its README.md): "
-    "not the stand-in, and no recording of it yet",
+    "not the stand-in (tests/test_capture_h200_programs.py judges its GPU recording)",
     "cpu": "capture --cpu's probe program, its kernels and its benchmark: no recording "
     "(tests/test_capture_cpu.py builds and captures them on the CPU)",
 }

@@ -340,3 +340,52 @@ def test_llmc_captured_deep_keeps_every_change_in_what_its_calls_may_write():
     pointers reach, its GEMMs by their C boxes (cuBLAS's launches inside them included)."""
     status, summary = _verdict(LLMC / "llmc-deep", "EGF013")
     assert status == "pass" and summary.startswith("288 calls observed"), summary
+
+
+# ---- the outsider trainer (tests/data/capture/outsider), recorded on an H100 ----
+# record.sh's whole run (clean and every fault in default, --deep and runtime-API modes, each
+# judged on the GPU machine as it was recorded) is kept as its verdicts.jsonl; three of its
+# capture folders are kept whole (the deep ones are left out: their values are 4 MB each).
+OUTSIDER = DATA / "outsider"
+OUTSIDER_RECORDED = OUTSIDER / "recorded"
+
+
+def _outsider_lines() -> list[dict]:
+    with gzip.open(OUTSIDER_RECORDED / "verdicts.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_the_outsider_s_gpu_recording_gives_every_expected_verdict():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check", OUTSIDER / "check_verdicts.py")
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    lines = _outsider_lines()
+    modes = {check._mode_and_fault(x["capture"])[0] for x in lines}
+    assert modes == {"default", "deep", "runtime"}
+    assert len(lines) == 2 * 3 * len(check.EXPECTED["fails"])  # with and without the layout
+    assert check.problems(lines) == []
+
+
+@pytest.mark.parametrize("name", ["out-clean", "out-dx-reads-target", "out-rt-clean"])
+def test_an_outsider_recording_judged_here_gives_what_the_gpu_machine_gave(name):
+    """The same folder, judged by today's code on the CPU, gives the verdicts (status and words)
+    the GPU machine's egf-audit gave when it recorded it, with and without the layout file."""
+    recorded = {(x["capture"], x["layout"]): x for x in _outsider_lines()}
+    for use_layout in (True, False):
+        audit = _audit(OUTSIDER_RECORDED / name, use_layout)
+        (process,) = audit.processes
+        line = recorded[name, "file" if use_layout else "inferred"]
+        assert audit.ok == line["ok"]
+        assert {c: [v.status, v.summary] for c, v in process.verdicts} == line["processes"][0][
+            "verdicts"
+        ]
+
+
+def test_the_outsider_s_dx_gemm_on_the_target_s_weights_fails_egf001_naming_both():
+    status, summary = _verdict(OUTSIDER_RECORDED / "out-dx-reads-target", "EGF001")
+    assert status == "fail"
+    assert "reads target_params.w_b0fc, where the contract's" in summary, summary
+    assert "reads params.w_b0fc" in summary, summary

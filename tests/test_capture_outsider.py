@@ -69,6 +69,16 @@ def test_each_outsider_fault_fails_with_its_catalogue_codes(root: str, fault: st
     assert {c for c, s in statuses.items() if s == "fail"} == FAILS[fault], statuses
 
 
+@pytest.mark.parametrize("fault", sorted(EXPECTED["fails_deep"]))
+def test_a_deep_capture_decides_what_the_default_one_fails_closed_on(root: str, fault: str) -> None:
+    statuses = _statuses(_capture("deep", fault, root))
+    failing = {c for c, s in statuses.items() if s == "fail"}
+    want = set(EXPECTED["fails_deep"][fault])
+    assert want <= failing <= want | set(EXPECTED["deep_may_add"]), statuses
+    assert FAILS[fault] - want, "fails_deep lists only what --deep decides otherwise"
+    assert all(statuses[c] == "pass" for c in FAILS[fault] - want), statuses
+
+
 def _events(folder: Path) -> Path:
     (events,) = folder.glob("events-*.jsonl")
     return events
@@ -147,6 +157,8 @@ def _recording(mode_prefix: str, deep: bool) -> list[dict]:
     lines = []
     for fault, codes in FAILS.items():
         undecided = UNDECIDED[mode] if fault == "clean" else set()
+        if deep:
+            codes = EXPECTED["fails_deep"].get(fault, codes)
         failing = set(codes) | ({"EGF010"} if deep and fault != "clean" else set())
         lines.append(_line(f"{mode_prefix}{fault}", failing, undecided))
     return lines
@@ -165,3 +177,9 @@ def test_the_gpu_checker_passes_a_recording_as_expected_and_fails_each_departure
     undecided = good[: -len(FAILS)] + _recording("out-rt-", True)  # EGF010 added outside --deep
     assert check.problems(undecided)
     assert check.problems([]) == ["no capture recorded with its layout file"]
+    # --deep failing closed where its memory history decides (fails_deep) is a departure too
+    name = "out-deep-accumulate-wire-col"
+    closed = [
+        _line(name, FAILS["accumulate-wire-col"]) if x["capture"] == name else x for x in good
+    ]
+    assert [p for p in check.problems(closed) if name in p]

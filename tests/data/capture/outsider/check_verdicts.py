@@ -1,6 +1,7 @@
 """Hold the outsider's GPU recording (record.sh's verdicts.jsonl) to expected.json: every
 capture recorded with its layout file, in each mode, fails exactly its fault's codes (the
-default and runtime-API modes), or those and at most `deep_may_add` (`--deep`), and the clean
+default and runtime-API modes), or its `fails_deep` codes where it has them (else its codes) and
+at most `deep_may_add` (`--deep`), and the clean
 one leaves undecided exactly what its mode cannot decide. A fault of expected.json with no
 recording in a mode that was recorded, or a recording no rule covers, fails too.
 Usage: python check_verdicts.py VERDICTS_JSONL"""
@@ -38,7 +39,8 @@ def problems(lines: list[dict]) -> list[str]:
             continue
         verdicts = line["processes"][0]["verdicts"]
         failing = {c for c, (status, _) in verdicts.items() if status == "fail"}
-        want = set(EXPECTED["fails"][fault])
+        codes = EXPECTED["fails_deep"].get(fault) if mode == "deep" else None
+        want = set(EXPECTED["fails"][fault] if codes is None else codes)
         extra = set(EXPECTED["deep_may_add"]) if mode == "deep" else set()
         if not want <= failing <= want | extra:
             found.append(f"{line['capture']}: fails {sorted(failing)}, expected {sorted(want)}")
