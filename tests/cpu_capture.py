@@ -306,8 +306,15 @@ class RecordingBackend:
             return
         changed: list[tuple[list[int], np.ndarray]] = []
         for base in self._bases:
+            shadow = self._shadow[base]
+            # most calls change one or two of ~80 buffers: an exact comparison of the bits
+            # (never of the floats: -0.0 == +0.0 and NaN != NaN) skips the unchanged ones
+            # without copying them, 73,000 times in a capture
+            live = self._inner._buffers[base].numpy()
+            if live.nbytes == shadow.nbytes and live.tobytes() == shadow.tobytes():
+                continue
             now = self._words(base)
-            differ = np.flatnonzero(now != self._shadow[base])
+            differ = np.flatnonzero(now != shadow)
             self._shadow[base] = now
             changed += zip(*self._files.runs_with_values(base, now, differ), strict=True)
         changed.sort(key=lambda run_chunk: run_chunk[0])
