@@ -7,11 +7,14 @@ Its clean run must pass every decidable invariant in the default capture (the gu
 own kernels decide EGF002/5/6/7/8) and in the deep one; each fault it can express must fail with
 the catalogue's codes (its README's table). The guard's evidence is tested both ways: a guard
 that shows a write into target_params fails EGF005, and a capture without its guards fails
-closed on step 0, where no snapshot proves the target unchanged.
+closed on step 0, where no snapshot proves the target unchanged. Each capture made here must
+also give, invariant by invariant, the status the same capture got on a GPU (the committed
+recording, recorded/verdicts.jsonl.gz).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from functools import cache
@@ -33,6 +36,16 @@ EXPECTED = json.loads((OUTSIDER / "expected.json").read_text(encoding="utf-8"))
 FAILS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in EXPECTED["fails"].items()}
 # what the default capture structurally cannot decide (no adam_update; not deep)
 UNDECIDED = {mode: set(codes) for mode, codes in EXPECTED["undecided"].items()}
+PREFIX = {"default": "out-", "deep": "out-deep-"}
+
+
+def _gpu_statuses(mode: str, fault: str) -> dict[str, str]:
+    """What the GPU machine's audit of the same capture (with its layout file) gave."""
+    with gzip.open(OUTSIDER / "recorded" / "verdicts.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    (line,) = [x for x in lines if (x["capture"], x["layout"]) == (PREFIX[mode] + fault, "file")]
+    (process,) = line["processes"]
+    return {code: status for code, (status, _) in process["verdicts"].items()}
 
 
 @cache
@@ -61,12 +74,14 @@ def test_the_clean_outsider_passes_every_decidable_invariant(root: str, mode: st
     statuses = _statuses(_capture(mode, "clean", root))
     assert {c for c, s in statuses.items() if s != "pass"} == UNDECIDED[mode], statuses
     assert {c for c, s in statuses.items() if s == "undecided"} == UNDECIDED[mode]
+    assert statuses == _gpu_statuses(mode, "clean")
 
 
 @pytest.mark.parametrize("fault", sorted(set(FAILS) - {"clean"}))
 def test_each_outsider_fault_fails_with_its_catalogue_codes(root: str, fault: str) -> None:
     statuses = _statuses(_capture("default", fault, root))
     assert {c for c, s in statuses.items() if s == "fail"} == FAILS[fault], statuses
+    assert statuses == _gpu_statuses("default", fault)
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED["fails_deep"]))
@@ -77,6 +92,7 @@ def test_a_deep_capture_decides_what_the_default_one_fails_closed_on(root: str, 
     assert want <= failing <= want | set(EXPECTED["deep_may_add"]), statuses
     assert FAILS[fault] - want, "fails_deep lists only what --deep decides otherwise"
     assert all(statuses[c] == "pass" for c in FAILS[fault] - want), statuses
+    assert statuses == _gpu_statuses("deep", fault)
 
 
 def _events(folder: Path) -> Path:
