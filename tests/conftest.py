@@ -37,9 +37,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Examples per hypothesis test. The property test (tests/test_properties.py) runs one audit
 # step and three faulty ones per example, about a second each on the CPU: "ci" keeps it near
-# 20 s for every pull request, "nightly" (HYPOTHESIS_PROFILE=nightly) explores 50 times as many
-# shapes. Unknown names fail at collection, as hypothesis refuses them.
-settings.register_profile("ci", max_examples=20)
+# 10 s for every pull request, "nightly" (HYPOTHESIS_PROFILE=nightly, .ci/nightly) explores 100
+# times as many shapes. Unknown names fail at collection, as hypothesis refuses them.
+settings.register_profile("ci", max_examples=10)
 settings.register_profile("nightly", max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
