@@ -259,13 +259,10 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     # another state table) is not the table an Adam slice must sit on
     outer = ct.layout.outermost()
     trace = Trace(ct.trace.scenario, ct.trace.backend, outer.as_trace_layout())
-    if outer.buffers.keys() == ct.layout.buffers.keys():
-        trace.launches = ct.trace.launches  # no buffer inside another: the same bindings
-    else:
-        trace.launches = [
-            dataclasses.replace(x, bindings=bindings_of(outer, r))
-            for x, r in zip(ct.trace.launches, ct.records, strict=True)
-        ]
+    trace.launches = [
+        dataclasses.replace(x, bindings=bindings_of(outer, r))
+        for x, r in zip(ct.trace.launches, ct.records, strict=True)
+    ]
     return judge(trace, steps_run, adv, sh2 + 1, _touches_sn_vector)
 
 
