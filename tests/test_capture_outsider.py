@@ -25,6 +25,7 @@ from cpu_standins import OUTSIDER, artifact
 
 from egf_audit.capture.audit import audit_capture
 from egf_audit.capture.cpu_capture import run_cpu_capture
+from egf_audit.errors import UsageError
 
 pytestmark = pytest.mark.skipif(
     shutil.which("nvcc") is None, reason="nvcc is not on PATH: the outsider is built with it"
@@ -93,6 +94,16 @@ def test_a_deep_capture_decides_what_the_default_one_fails_closed_on(root: str, 
     assert FAILS[fault] - want, "fails_deep lists only what --deep decides otherwise"
     assert all(statuses[c] == "pass" for c in FAILS[fault] - want), statuses
     assert statuses == _gpu_statuses("deep", fault)
+
+
+def test_its_runtime_api_mode_is_refused_by_name_under_cpu(root: str) -> None:
+    """--api runtime loads its kernels with cudaLibraryLoadData, which --cpu does not model
+    (docs/capture.md): one refusal naming the call, never a capture judged without them."""
+    layout = Path(root) / "runtime.layout.json"
+    command = [str(artifact("outsider") / "outsider"), "--kernels", str(OUTSIDER / "kernels")]
+    command += ["--layout-out", str(layout), "--api", "runtime"]
+    with pytest.raises(UsageError, match="called cudaLibraryLoadData, which --cpu does not run"):
+        run_cpu_capture(command, Path(root) / "runtime", None, layout, deep=False)
 
 
 def _events(folder: Path) -> Path:
