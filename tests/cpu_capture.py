@@ -297,7 +297,7 @@ class RecordingBackend:
 
     # ---- --deep: what each call changed ----
     def _words(self, base: int) -> np.ndarray:
-        return np.ascontiguousarray(self._inner.read(base)).view(np.uint32).copy()
+        return self._inner.read(base).view(np.uint32)  # read() hands out a copy of its own
 
     def _effect(self, launch: int) -> None:
         """The recorder's deep_effect: every live buffer compared with its shadow, the runs of
@@ -313,7 +313,7 @@ class RecordingBackend:
             live = self._inner._buffers[base].numpy()
             if live.nbytes == shadow.nbytes and live.tobytes() == shadow.tobytes():
                 continue
-            now = self._words(base)
+            now = live.view(np.uint32).copy()
             differ = np.flatnonzero(now != shadow)
             self._shadow[base] = now
             changed += zip(*self._files.runs_with_values(base, now, differ), strict=True)

@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from test_capture_outsider import checker, recorded_lines
 from test_capture_runtime import RECORDINGS
 
 from egf_audit.capture.audit import CaptureAudit, audit_capture
@@ -346,23 +347,12 @@ def test_llmc_captured_deep_keeps_every_change_in_what_its_calls_may_write():
 # record.sh's whole run (clean and every fault in default, --deep and runtime-API modes, each
 # judged on the GPU machine as it was recorded) is kept as its verdicts.jsonl; three of its
 # capture folders are kept whole (the deep ones are left out: their values are 4 MB each).
-OUTSIDER = DATA / "outsider"
-OUTSIDER_RECORDED = OUTSIDER / "recorded"
-
-
-def _outsider_lines() -> list[dict]:
-    with gzip.open(OUTSIDER_RECORDED / "verdicts.jsonl.gz", "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+OUTSIDER_RECORDED = DATA / "outsider" / "recorded"
 
 
 def test_the_outsider_s_gpu_recording_gives_every_expected_verdict():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("check", OUTSIDER / "check_verdicts.py")
-    assert spec is not None and spec.loader is not None
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
-    lines = _outsider_lines()
+    check = checker()
+    lines = list(recorded_lines())
     modes = {check._mode_and_fault(x["capture"])[0] for x in lines}
     assert modes == {"default", "deep", "runtime"}
     assert len(lines) == 2 * 3 * len(check.EXPECTED["fails"])  # with and without the layout
@@ -373,7 +363,7 @@ def test_the_outsider_s_gpu_recording_gives_every_expected_verdict():
 def test_an_outsider_recording_judged_here_gives_what_the_gpu_machine_gave(name):
     """The same folder, judged by today's code on the CPU, gives the verdicts (status and words)
     the GPU machine's egf-audit gave when it recorded it, with and without the layout file."""
-    recorded = {(x["capture"], x["layout"]): x for x in _outsider_lines()}
+    recorded = {(x["capture"], x["layout"]): x for x in recorded_lines()}
     for use_layout in (True, False):
         audit = _audit(OUTSIDER_RECORDED / name, use_layout)
         (process,) = audit.processes

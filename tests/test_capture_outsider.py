@@ -14,7 +14,6 @@ recording, recorded/verdicts.jsonl.gz).
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from functools import cache
@@ -37,14 +36,35 @@ EXPECTED = json.loads((OUTSIDER / "expected.json").read_text(encoding="utf-8"))
 FAILS: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in EXPECTED["fails"].items()}
 # what the default capture structurally cannot decide (no adam_update; not deep)
 UNDECIDED = {mode: set(codes) for mode, codes in EXPECTED["undecided"].items()}
-PREFIX = {"default": "out-", "deep": "out-deep-"}
+
+
+@cache
+def checker():
+    """check_verdicts.py, the GPU recording's checker (.ci/gpu's outsider part), as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_verdicts", OUTSIDER / "check_verdicts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def recorded_lines() -> tuple[dict, ...]:
+    """The committed GPU recording's audits, read once."""
+    check = checker()
+    return tuple(check.read_lines(check.RECORDED))
 
 
 def _gpu_statuses(mode: str, fault: str) -> dict[str, str]:
     """What the GPU machine's audit of the same capture (with its layout file) gave."""
-    with gzip.open(OUTSIDER / "recorded" / "verdicts.jsonl.gz", "rt", encoding="utf-8") as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-    (line,) = [x for x in lines if (x["capture"], x["layout"]) == (PREFIX[mode] + fault, "file")]
+    mode_and_fault = checker()._mode_and_fault
+    (line,) = [
+        x
+        for x in recorded_lines()
+        if x["layout"] == "file" and mode_and_fault(x["capture"]) == (mode, fault)
+    ]
     (process,) = line["processes"]
     return {code: status for code, (status, _) in process["verdicts"].items()}
 
@@ -161,15 +181,6 @@ def test_without_its_guards_the_target_forward_fails_closed(root: str, tmp_path)
 
 
 # ---- the GPU recording's checker (.ci/gpu's outsider part), on recordings made up here ----
-def _checker():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("check_verdicts", OUTSIDER / "check_verdicts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _line(capture: str, failing: set[str], undecided: set[str] = frozenset()) -> dict:
     codes = [f"EGF{i:03d}" for i in range(1, 14)]
     status = {
@@ -192,7 +203,7 @@ def _recording(mode_prefix: str, deep: bool) -> list[dict]:
 
 
 def test_the_gpu_checker_passes_a_recording_as_expected_and_fails_each_departure() -> None:
-    check = _checker()
+    check = checker()
     good = _recording("out-", False) + _recording("out-deep-", True) + _recording("out-rt-", False)
     assert check.problems(good) == []
     wrong = [dict(x) for x in good]

@@ -8,12 +8,22 @@ Usage: python check_verdicts.py VERDICTS_JSONL"""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
 
 EXPECTED = json.loads((Path(__file__).parent / "expected.json").read_text(encoding="utf-8"))
 PREFIXES = {"out-rt-": "runtime", "out-deep-": "deep", "out-": "default"}
+# the H100 recording of 2026-12-07, committed (tests/test_capture_h200_programs.py)
+RECORDED = Path(__file__).parent / "recorded" / "verdicts.jsonl.gz"
+
+
+def read_lines(path: Path | str) -> list[dict]:
+    """record.sh's verdicts.jsonl, or its committed gzipped copy, one audit per line."""
+    path = Path(path)
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return [json.loads(x) for x in data.decode("utf-8").splitlines() if x.strip()]
 
 
 def _mode_and_fault(capture: str) -> tuple[str, str]:
@@ -60,7 +70,7 @@ def problems(lines: list[dict]) -> list[str]:
 
 
 def main(path: str) -> int:
-    lines = [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x]
+    lines = read_lines(path)
     found = problems(lines)
     for p in found:
         print(p)
