@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from egf_audit.capture import command as capture_command
+from egf_audit.capture import convert as capture_convert
 from egf_audit.capture.command import known_kernels, run_capture
 from egf_audit.errors import AuditEnvironmentError, UsageError
 
@@ -336,7 +337,7 @@ def test_ctrl_c_during_the_run_keeps_the_earlier_capture(
         (into / f"events-{PID}.jsonl").write_bytes(EVENTS[:1000])
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(capture_command.subprocess, "run", interrupted)
+    monkeypatch.setattr(capture_command.subprocess, "Popen", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_capture(["trainer"], earlier / "cap", layout)
     into = seen["into"]
@@ -351,7 +352,7 @@ def test_ctrl_c_while_the_trace_is_written_keeps_the_earlier_capture(
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(capture_command, "to_trace", interrupted)
+    monkeypatch.setattr(capture_convert, "to_trace", interrupted)
     layout = earlier / "build" / "layout.json"
     with pytest.raises(KeyboardInterrupt):
         run_capture(trainer(tmp_path, layout_out=layout), earlier / "cap", layout)
@@ -452,13 +453,13 @@ def test_a_layout_file_inside_out_is_refused(tmp_path, fake_recorder, earlier):
 
 def test_the_trainer_runs_with_the_recorder_variables(tmp_path, fake_recorder, monkeypatch):
     seen = {}
-    real = subprocess.run
+    real = subprocess.Popen
 
     def spy(cmd, env, **kwargs):
         seen.update({k: env[k] for k in env if k.startswith(("EGF_CAPTURE", "CUDA_INJECTION"))})
         return real(cmd, env=env, **kwargs)
 
-    monkeypatch.setattr(capture_command.subprocess, "run", spy)
+    monkeypatch.setattr(capture_command.subprocess, "Popen", spy)
     run_capture(trainer(tmp_path), tmp_path / "cap", None, ("polyak_ema",), 32)
     into = Path(seen.pop("EGF_CAPTURE_DIR"))
     assert into.parent == tmp_path and into.name.startswith(".cap.egf-capture-tmp-")

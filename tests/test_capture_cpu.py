@@ -177,6 +177,51 @@ def test_the_deep_capture_on_the_cpu_decides_all_thirteen_as_on_the_h200(built, 
     assert _summary(folder, "EGF013")[0] == "pass"
     (proc,) = read_capture(folder)
     assert proc.deep and proc.values and proc.init["hash"] == "mix64"
+    # an SP14 process keeps its values: EGF010's oracle read them above
+    assert (folder / f"values-{proc.pid}.bin").stat().st_size > 0
+    (entry,) = json.loads((folder / "manifest.json").read_text())["processes"]
+    assert "values_dropped" not in entry
+
+
+def _manifest_edited(folder: Path, to: Path, edit) -> Path:
+    shutil.copytree(folder, to)
+    manifest = json.loads((to / "manifest.json").read_text())
+    edit(manifest["processes"][0])
+    (to / "manifest.json").write_text(json.dumps(manifest))
+    return to
+
+
+@needs_nvcc
+def test_a_deep_capture_drops_the_values_of_a_process_no_sp14_invariant_reads(built, tmp_path):
+    """The GEMM probe launches no ABI kernel: `capture --deep` drops its values file once it has
+    ended (no invariant reads it: EGF001 and EGF013 read which bytes changed), says so in the
+    manifest, and the audit decides what it decides with the values kept. A manifest that says
+    so of a process whose values are there, or of an SP14 process, is refused."""
+    command = [str(built["gemm_probe"] / "gemm_probe"), "--layout-out", str(tmp_path / "layout")]
+    folder = _capture(tmp_path / "cap", command, None, deep=True)
+    (proc,) = read_capture(folder)
+    assert proc.deep and proc.values and proc.values_bytes > 0
+    assert not list(folder.glob("values-*"))
+    (entry,) = json.loads((folder / "manifest.json").read_text())["processes"]
+    assert entry["values_dropped"] is True
+    audit = audit_capture(folder, trainer="generic")
+    verdicts = {code: v.status for p in audit.processes for code, v in p.verdicts}
+    assert audit.ok and verdicts["EGF001"] == "pass" and verdicts["EGF013"] == "pass", verdicts
+
+    # the manifest's word is held to the folder and to the process
+    kept = _manifest_edited(folder, tmp_path / "kept", lambda e: e.pop("values_dropped"))
+    with pytest.raises(UsageError, match=r"says its recorder kept values .* no values-"):
+        audit_capture(kept, trainer="generic")
+    there = _manifest_edited(folder, tmp_path / "there", lambda e: None)
+    (there / f"values-{proc.pid}.bin").write_bytes(bytes(proc.values_bytes))
+    with pytest.raises(UsageError, match=r"values-\d+\.bin: manifest.json says capture dropped"):
+        audit_capture(there, trainer="generic")
+    sp14 = RECORDED / "rt-deep-clean"
+    lied = _manifest_edited(sp14, tmp_path / "sp14", lambda e: e.update(values_dropped=True))
+    for name in lied.glob("values-*"):
+        name.unlink()
+    with pytest.raises(UsageError, match="it launched SP14 kernels, .* never drops those"):
+        audit_capture(lied)
 
 
 @needs_nvcc

@@ -1,9 +1,11 @@
 """`egf-audit capture -- CMD`: run CMD with the recorder injected and write the capture folder.
 
 The folder holds, per recorded process, `events-<pid>.jsonl` and `snapshots-<pid>.bin` (and, for
-`--deep` with values, `values-<pid>.bin`) as the recorder wrote them; `trace.jsonl` (the audited
-process as `--trace` writes traces); `layout.json` when `--layout` named the file the trainer
-writes; and `manifest.json`, the table of contents `run --capture` holds the folder to.
+`--deep` with values, `values-<pid>.bin`, dropped once the command has ended for a process that
+launched no ABI kernel, whose values no invariant reads: manifest.values_dropped) as the
+recorder wrote them; `trace.jsonl` (the audited process as `--trace` writes traces);
+`layout.json` when `--layout` named the file the trainer writes; and `manifest.json`, the table
+of contents `run --capture` holds the folder to.
 
 Nothing is lost to a failed run, and nothing of the user's is overwritten (capture/destination.py
 says where a capture is recorded, completed and swapped in):
@@ -51,22 +53,28 @@ from collections.abc import Callable
 from ctypes import CDLL
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import ProcessCapture
 from egf_audit.small_files import read_small_bytes
 
 from . import driver
 from .build import build_recorder
-from .convert import to_trace
 from .destination import Completed, capture_target, check_layout_path, staged, swap
-from .events import read_capture
 from .folder import TRACE_FILE
-from .inference import infer_layout
 from .kernel_params import param_size
 from .layout import LAYOUT_FILE, MAX_LAYOUT_BYTES, parse_layout, place
-from .manifest import MANIFEST_FILE, audited_process, manifest_document, process_entries
+from .manifest import (
+    MANIFEST_FILE,
+    audited_process,
+    manifest_document,
+    process_entries,
+    values_dropped,
+)
+
+if TYPE_CHECKING:
+    from egf_audit.runtime.capture_model import ProcessCapture
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
 MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
@@ -219,14 +227,29 @@ def _layout_bytes(layout: Path, code: int) -> tuple[bytes, Path]:
 
 
 # ---- the run ----
+def _import_reader() -> None:
+    """Import what reads the capture once the command has ended (the event reader, numpy, the
+    conversion to a trace): done while the command runs, this fixed cost is not added to it."""
+    from . import convert, events, inference  # noqa: F401
+
+
 def _run(command: list[str], env: dict) -> tuple[int, float]:
-    """Run the command: its exit code (as subprocess gives it) and its wall time."""
+    """Run the command: its exit code (as subprocess gives it) and its wall time. As
+    subprocess.run does, an exception here (Ctrl-C: after the command's own brief chance to
+    end) kills the command before it is raised."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(command, env=env)
+        proc = subprocess.Popen(command, env=env)
     except OSError as exc:
         raise UsageError(f"cannot run {shlex.join(command)}: {exc.strerror}") from None
-    return proc.returncode, time.perf_counter() - start
+    with proc:
+        try:
+            _import_reader()
+            code = proc.wait()
+        except BaseException:
+            proc.kill()
+            raise
+    return code, time.perf_counter() - start
 
 
 def _complete(
@@ -240,10 +263,17 @@ def _complete(
     platform: Platform | None = None,
 ) -> CaptureOutcome:
     """Complete the capture the command recorded into `recording`, in `done`."""
+    from .convert import to_trace
+    from .events import read_capture
+    from .inference import infer_layout
+
     code, wall = ran
     done.take_recorded(recording)
     procs = read_capture(done.path)
     _diagnose(procs, code, ask_driver=platform is None)
+    for p in procs:
+        if values_dropped(p):
+            done.drop(f"values-{p.pid}.bin")
     outcome = CaptureOutcome(code, wall)
     main = audited_process(procs)
     if layout is not None:

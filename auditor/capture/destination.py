@@ -211,6 +211,15 @@ class Completed:
         except OSError as exc:
             raise AuditEnvironmentError(f"cannot write {self.out}: {exc.strerror or exc}") from None
 
+    def drop(self, name: str) -> None:
+        """Delete the recorder's file `name` here (a values file nothing reads), if it is here."""
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise AuditEnvironmentError(f"cannot write {self.out}: {exc.strerror or exc}") from None
+
     def is_unmoved(self) -> bool:
         """The path is still the folder made (not renamed away, nor a link put in its place)."""
         try:

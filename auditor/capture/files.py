@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
-import numpy as np
-
 from egf_audit.errors import UsageError
 from egf_audit.small_files import not_regular
 
@@ -202,6 +200,8 @@ _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 def _nesting(data: bytes) -> int:
     """How deep `data`'s arrays and objects nest, strings left out (counted without recursing,
     so a 100,000-deep array costs a pass over its bytes)."""
+    import numpy as np  # imported on first use: `egf-audit capture` starts the command first
+
     code = np.frombuffer(_STRING.sub(b'""', data), dtype=np.uint8)
     step = np.isin(code, (ord("["), ord("{"))).astype(np.int64)
     step -= np.isin(code, (ord("]"), ord("}")))

@@ -21,10 +21,9 @@ from pathlib import Path
 from egf_audit.errors import UsageError, option_error
 from egf_audit.runtime.capture_model import ProcessCapture
 
-from .events import read_capture
 from .files import process_file, refuse, stat_file
 from .layout import LAYOUT_FILE, layout_in
-from .manifest import MANIFEST_FILE, Manifest, process_counts, read_manifest
+from .manifest import MANIFEST_FILE, Manifest, process_counts, read_manifest, values_dropped
 
 TRACE_FILE = "trace.jsonl"  # the audited process as `--trace` writes it: capture writes it
 OLD_DOCUMENT = "trainer-audit.md"  # `run --capture` wrote its document here once
@@ -119,6 +118,8 @@ def _recorded_problem(folder: Path, manifest: Manifest, proc: ProcessCapture) ->
     if listed.notes != proc.notes:
         return f"{MANIFEST_FILE}'s notes of process {proc.pid} are not the notes {events} holds"
     values = process_file(folder, "values", proc.pid)
+    if listed.values_dropped:
+        return _dropped_problem(proc, values)
     if proc.values and values is None:
         return (
             f"{events} says its recorder kept values (its init event), and the folder holds no "
@@ -126,6 +127,23 @@ def _recorded_problem(folder: Path, manifest: Manifest, proc: ProcessCapture) ->
         )
     if values is not None and not proc.values:
         return f"{values.name}: {events} says its recorder kept no values (its init event)"
+    return None
+
+
+def _dropped_problem(proc: ProcessCapture, values: Path | None) -> str | None:
+    """What makes a process whose values file the manifest says `capture` dropped disagree with
+    that: the file is there, its recorder kept no values, or it launched an ABI kernel (whose
+    values the SP14 invariants read: `capture` never drops those, manifest.values_dropped)."""
+    said = f"{MANIFEST_FILE} says capture dropped the values file of process {proc.pid}"
+    if values is not None:
+        return f"{values.name}: {said}"
+    if not proc.values:
+        return f"{said}, and {proc.events_file} says its recorder kept none (its init event)"
+    if not values_dropped(proc):
+        return (
+            f"{said}, and it launched SP14 kernels, whose values the invariants read: capture "
+            "never drops those"
+        )
     return None
 
 
@@ -138,6 +156,8 @@ def read_folder(folder: Path) -> CaptureFolder:
     manifest = read_manifest(folder)
     if manifest is not None and (problem := contents_problem(folder, manifest)) is not None:
         raise UsageError(problem)
+    from .events import read_capture  # the events reader (numpy) only where a folder is read
+
     procs = read_capture(folder)
     if not procs:
         empty = "no recorder events in it (events-<pid>.jsonl)"

@@ -32,7 +32,9 @@ MAX_MANIFEST_BYTES = 16 << 20  # a command, counts and notes per process: kiloby
 COUNTS = ("kernels", "gemms", "memsets", "copies", "snapshots")  # what each process recorded
 _KEYS = {"format", "command", "exit_code", "wall_s", "layout", "snapshot_kernels", "deep"}
 _PLATFORMS = ("cpu",)  # capture --cpu's mark; a GPU capture writes no "platform"
-_PROCESS_KEYS = {"pid", "audited", *COUNTS, "notes"}
+# a process entry's key, true where `capture` dropped the process's values file (values_dropped)
+VALUES_DROPPED = "values_dropped"
+_PROCESS_KEYS = {"pid", "audited", *COUNTS, "notes", VALUES_DROPPED}
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Listed:
     audited: bool
     counts: dict[str, int]
     notes: list[str]
+    values_dropped: bool = False  # `capture` dropped its values file (values_dropped)
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,26 @@ def process_counts(proc: ProcessCapture) -> dict[str, int]:
     }
 
 
+def values_dropped(proc: ProcessCapture) -> bool:
+    """Whether `capture` drops this process's values file once the command has ended: it
+    recorded values (`--deep`) and launched no ABI kernel. Only the invariants about the SP14
+    wiring read a deep capture's values (EGF010's oracle, the wire column's history before a
+    launch), and on a process that launched no ABI kernel they are not applicable; what judges
+    it (EGF001's spans, EGF013's containment) reads which bytes each call changed, which the
+    events file keeps, never the bytes. llm.c's two steps wrote 541 MB of values that nothing
+    read."""
+    return proc.values and not any(r.name in ABI_KERNELS for r in proc.kernels())
+
+
 def process_entries(procs: list[ProcessCapture], audited: ProcessCapture) -> list[dict[str, Any]]:
     return [
-        {"pid": p.pid, "audited": p is audited, **process_counts(p), "notes": p.notes}
+        {
+            "pid": p.pid,
+            "audited": p is audited,
+            **process_counts(p),
+            "notes": p.notes,
+            **({VALUES_DROPPED: True} if values_dropped(p) else {}),
+        }
         for p in procs
     ]
 
@@ -153,7 +173,10 @@ def _listed(i: int, entry: Any) -> Listed:
     notes = entry.get("notes")
     if type(notes) is not list or not all(type(n) is str for n in notes):
         _refuse(f'{where}: "notes" must be a list of strings')
-    return Listed(pid, entry["audited"], {k: entry[k] for k in COUNTS}, notes)
+    if entry.get(VALUES_DROPPED, True) is not True:  # written only where true
+        _refuse(f'{where}: "{VALUES_DROPPED}" is written only as true')
+    counts = {k: entry[k] for k in COUNTS}
+    return Listed(pid, entry["audited"], counts, notes, VALUES_DROPPED in entry)
 
 
 def _processes(raw: Any) -> tuple[Listed, ...]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypedDict
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.capture_allocations import Allocation, AllocationIndex
@@ -21,6 +19,9 @@ from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.hyper import Hyper
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.trace import Binding, BufferLayout, Region, Trace
+
+if TYPE_CHECKING:  # numpy is not imported to run a capture: `capture` reads it only afterwards
+    import numpy as np
 
 # How a recorder hashed its snapshot regions (its init event's "hash"; absent: fnv1a, the
 # byte-by-byte FNV-1a of recorders before mix64). invariants/capture_common.py computes both.

@@ -8,14 +8,16 @@ the tensor its pointer resolved to, so "K matches LDA" becomes a comparison of t
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypedDict, overload
-
-import numpy as np
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 from egf_audit.runtime.contract import STEP_START
 from egf_audit.runtime.effects import Effects
+
+if TYPE_CHECKING:  # imported where an array is made: `egf-audit capture` runs without numpy
+    import numpy as np
 
 
 class BufferLayout(TypedDict):
@@ -76,6 +78,8 @@ class Region:
         )
 
     def flat_indices(self) -> np.ndarray:
+        import numpy as np
+
         rows = np.arange(self.rows, dtype=np.int64)[:, None] * self.ld
         cols = np.arange(self.width, dtype=np.int64)[None, :]
         return (self.offset + rows + cols).ravel()
@@ -300,14 +304,21 @@ class Trace:
             },
             sort_keys=True,
         )
+        names = [f.name for f in fields(Launch)]
         for x in self.launches:
-            record = asdict(x)
+            record = {name: getattr(x, name) for name in names}
             record["type"] = "launch"
             yield json.dumps(record, sort_keys=True, default=_json_default)
 
 
 def _json_default(value: object) -> object:
-    if isinstance(value, np.generic):
+    """What json cannot write itself: a dataclass as the dict of its fields (what
+    dataclasses.asdict gives, without its deep copy of every launch: a capture's trace.jsonl
+    is written while the user waits), a numpy scalar as its number."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    numpy = sys.modules.get("numpy")  # a numpy scalar needs numpy imported to exist
+    if numpy is not None and isinstance(value, numpy.generic):
         return value.item()
     if isinstance(value, tuple):
         return list(value)
