@@ -220,7 +220,7 @@ def test_a_deep_capture_drops_the_values_of_a_process_no_sp14_invariant_reads(bu
     lied = _manifest_edited(sp14, tmp_path / "sp14", lambda e: e.update(values_dropped=True))
     for name in lied.glob("values-*"):
         name.unlink()
-    with pytest.raises(UsageError, match="it launched SP14 kernels, .* never drops those"):
+    with pytest.raises(UsageError, match=r"it launched SP14 kernels, .* never drops those"):
         audit_capture(lied)
 
 
