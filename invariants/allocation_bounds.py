@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_allocations import Allocation
-    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.capture.allocations import Allocation
+    from egf_audit.capture.model import CaptureTrace
 
 
 def allocation_problem(ct: CaptureTrace, pointer: object, extent_bytes: int, at: int) -> str | None:

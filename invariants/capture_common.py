@@ -1,7 +1,7 @@
 """What the capture checks share: the contract every ABI launch's arguments are held to, who may
 write a buffer, and the snapshot regions the recorder took around a launch.
 
-A capture check reads one `CaptureTrace` (egf_audit.runtime.capture_model): the trainer's own
+A capture check reads one `CaptureTrace` (egf_audit.capture.model): the trainer's own
 launches as a `Trace`, the layout that named its pointers, its steps and call sites, and the
 recorder's snapshot regions. It never learns what process ran or which fault it has. Missing
 data follows the trace's convention: a query here raises `Missing`, naming what was absent, and
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.capture.model import HASH_FNV1A, HASH_MIX64
 from egf_audit.invariants.capture_evidence import observed_write
-from egf_audit.runtime.capture_model import HASH_FNV1A, HASH_MIX64
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import CaptureTrace, Site, SnapshotRegion
+    from egf_audit.capture.model import CaptureTrace, Site, SnapshotRegion
     from egf_audit.runtime.trace import Launch
 
 FNV_OFFSET = 1469598103934665603  # the earlier recorders' seed (fnv1a captures)
@@ -314,7 +314,7 @@ def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Lau
     accumulate's own `ld_concat` names: a launch's arguments are what is audited. Its values
     come from that accumulate's before-snapshot where it holds the whole buffer from its start,
     else from a deep capture's memory history just before it; neither is missing data."""
-    from egf_audit.runtime.capture_memory import MemoryHistory, Request
+    from egf_audit.capture.memory import MemoryHistory, Request
     from egf_audit.runtime.contract import ACCUMULATE_KERNEL, DIR_DX
 
     rows, ld = dims_of(ct).B, wire_col + 1

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from egf_audit.runtime.capture_spans import Spans
+from egf_audit.capture.spans import Spans
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import CaptureTrace, Effect
+    from egf_audit.capture.model import CaptureTrace, Effect
     from egf_audit.runtime.trace import Launch
 
 

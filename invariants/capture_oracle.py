@@ -31,10 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from egf_audit.oracle import model
-from egf_audit.oracle.inputs import NETS
-from egf_audit.runtime.capture_memory import MemoryHistory, Request
-from egf_audit.runtime.capture_model import (
+from egf_audit.capture.memory import MemoryHistory, Request
+from egf_audit.capture.model import (
     GEMM_KINDS,
     Buffer,
     CaptureLayout,
@@ -43,7 +41,9 @@ from egf_audit.runtime.capture_model import (
     SnapshotRegion,
     bindings_of,
 )
-from egf_audit.runtime.capture_spans import Spans
+from egf_audit.capture.spans import Spans
+from egf_audit.oracle import model
+from egf_audit.oracle.inputs import NETS
 from egf_audit.runtime.config_view import ConfigDict, HyperView
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,

@@ -31,7 +31,7 @@ from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS, ContractGemm, Tenso
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace
+    from egf_audit.capture.model import CaptureLayout, CaptureTrace
     from egf_audit.runtime.trace import Binding, Launch
 
 

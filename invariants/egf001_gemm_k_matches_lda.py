@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
+from egf_audit.capture.gemm_operands import GemmOperand, gemm_operands
+from egf_audit.capture.spans import whole_buffers
 from egf_audit.invariants.allocation_bounds import allocation_of, allocation_problem
 from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
@@ -16,15 +18,13 @@ from egf_audit.invariants.gemm_spans import (
     span_problem,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.capture_spans import whole_buffers
-from egf_audit.runtime.gemm_operands import GemmOperand, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, gemm_operand_boxes
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.trace import buffer_size
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Binding, Launch, Trace
 
 

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.capture.model import GEMM_KINDS
+from egf_audit.capture.spans import Spans, Unbounded, declared
 from egf_audit.invariants.capture_effects import calls_changing, observations
 from egf_audit.invariants.capture_evidence import guard_changes
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
@@ -17,8 +19,6 @@ from egf_audit.invariants.registry import (
     passed,
     undecided,
 )
-from egf_audit.runtime.capture_model import GEMM_KINDS
-from egf_audit.runtime.capture_spans import Spans, Unbounded, declared
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD,
     AFTER_FORWARD,
@@ -29,8 +29,8 @@ from egf_audit.runtime.contract import (
 )
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace, Record
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace, Record
     from egf_audit.runtime.trace import Trace
 
 

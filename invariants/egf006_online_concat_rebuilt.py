@@ -41,8 +41,8 @@ from egf_audit.runtime.gemm_rules import contraction
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
 SOFTMAX = "aux_nb_softmax_buf"

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from egf_audit.capture.model import bindings_of
 from egf_audit.invariants.common import (
     describe,
     in_step,
@@ -23,12 +24,11 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.capture_model import bindings_of
 from egf_audit.runtime.trace import Trace, tensor_table
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Binding, BufferLayout, Launch
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}

@@ -18,8 +18,8 @@ from egf_audit.oracle.tensor_checks import ABS_TOL, REL_TOL, TensorCheck
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Trace
 
 # The replays the oracle models as they are: the gate forced to 0.37 and to 1. The skip-scale

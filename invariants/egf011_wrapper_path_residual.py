@@ -38,8 +38,8 @@ from egf_audit.runtime.contract import (
 from egf_audit.runtime.trace import Binding, Launch, Missing
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
     from egf_audit.runtime.trace import Trace
 
 GROWN = "w_b0fc"  # the weight B.8 grew to [ADV, SH2 + 1]

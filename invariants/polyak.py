@@ -13,7 +13,7 @@ from egf_audit.invariants.common import json_float
 from egf_audit.runtime.contract import POLYAK_TAU, TARGET
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.trace import Launch
 
 MAX_POLYAK_ULP = 2

@@ -5,7 +5,7 @@ proves, why, how, the bug it catches, its known limits, an example), and a check
 
 A check is a pure function of the finished `AuditRun` (traces, snapshots, config) and a mode.
 It never learns which fault, if any, is active. An entry may also hold a capture check: the same
-invariant judged on a capture of the trainer's own process (egf_audit.runtime.capture_model),
+invariant judged on a capture of the trainer's own process (egf_audit.capture.model),
 with the same definitions (tolerance, call-site model, verdict type); where a capture cannot
 show what the invariant needs, `capture_undecidable` says why.
 """
@@ -20,8 +20,8 @@ from egf_audit.invariant_text import TEXT_FIELDS, InvariantText
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import CaptureTrace
 
 PASS, FAIL, WARN = "pass", "fail", "warn"
 # a capture gave the check nothing to judge (documented per invariant: `capture_undecidable`

@@ -14,10 +14,10 @@ from egf_audit.invariants.undecided import CAPTURE, why_allowed
 from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED, undecided_reason
 
 if TYPE_CHECKING:
+    from egf_audit.capture.model import NamedBuffer
     from egf_audit.invariants import Result
     from egf_audit.invariants.registry import Invariant
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.capture_model import NamedBuffer
     from egf_audit.runtime.config_view import ConfigView
     from egf_audit.runtime.cublas_witness import WitnessDict
     from egf_audit.runtime.kernel_sources import KernelSet

@@ -31,7 +31,7 @@ ROLES = {
     "entry": "console entry point",
     "cli": "typer app, plain commands",
     "bench": "egf-audit bench",
-    "capture": "the trainer's process: record, read, judge",
+    "capture": "the trainer's process: recorded, read into a trace",
     "scenarios": "scenarios, faults, mutants",
     "pipeline": "the SP14 step, rebuilt",
     "reports": "renderers: document, JSON, JUnit, GitHub",

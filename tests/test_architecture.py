@@ -40,15 +40,16 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"kernels"},
     "pipeline": {"runtime", "kernels"},
     "oracle": {"runtime"},
-    "invariants": {"runtime", "oracle", "kernels"},
-    "reports": {"invariants", "runtime", "kernels"},
+    "invariants": {"capture", "runtime", "oracle", "kernels"},
+    "reports": {"invariants", "capture", "runtime", "kernels"},
     # writes files: the commands' rooms share it, the renderers (reports) never reach the disk
     "outputs": set(),
     "scenarios": {"pipeline", "runtime", "invariants", "kernels"},
     "bench": {"pipeline", "runtime", "oracle", "reports", "outputs", "kernels"},
-    # reads a capture and judges it with the invariants' capture checks; the stand-in trainer
-    # that ran the pipeline and the fault catalogue is a script of the tests (tests/standin/)
-    "capture": {"runtime", "invariants", "outputs", "kernels"},
+    # the trainer's process: the recorder, the reader and what a read capture is, below the
+    # invariants that judge it (cli/capture_audit.py runs them); the stand-in trainer that ran
+    # the pipeline and the fault catalogue is a script of the tests (tests/standin/)
+    "capture": {"runtime", "outputs", "kernels"},
     "cli": {
         "scenarios",
         "pipeline",

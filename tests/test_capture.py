@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.build import build_recorder, find_toolkit
 from egf_audit.capture.cublas_log import parse_cublas
 from egf_audit.capture.events import read_capture
 from egf_audit.capture.inference import infer_layout
 from egf_audit.capture.layout import layout_document, layout_in, load_layout_file
 from egf_audit.cli.app import app
+from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, NOT_APPLICABLE, PASS, UNDECIDED

@@ -18,14 +18,14 @@ from capture_folders import write_manifest
 from test_capture_files import EVENTS, SNAPSHOTS, Capture, refused
 
 from egf_audit.capture import files
-from egf_audit.capture.audit import audit_capture
+from egf_audit.capture.allocations import Allocation, AllocationIndex
 from egf_audit.capture.events import MAX_CALL_LINES, MAX_NOTES
 from egf_audit.capture.files import gunzip_small, parse_json
 from egf_audit.capture.layout import load_layout_file
+from egf_audit.capture.spans import MAX_BOX_ROWS, Spans, Unbounded, box_ranges
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.capture_common import mix64_hex, zeros_hash
-from egf_audit.runtime.capture_allocations import Allocation, AllocationIndex
-from egf_audit.runtime.capture_spans import MAX_BOX_ROWS, Spans, Unbounded, box_ranges
 from egf_audit.runtime.contract import SCALE_KERNEL
 
 DATA = Path(__file__).parent / "data" / "capture"
@@ -295,7 +295,7 @@ def test_a_launchs_declared_region_is_spelled_out_inside_its_allocation(cap):
     from egf_audit.capture.convert import to_trace
     from egf_audit.capture.events import read_capture
     from egf_audit.capture.inference import infer_layout
-    from egf_audit.runtime.capture_spans import declared
+    from egf_audit.capture.spans import declared
 
     number = cap.first_of("kernel", SCALE_KERNEL)
     rows = [4, 2**31 - 1]
@@ -348,7 +348,7 @@ def _linear(layout, ptr):
 
 
 def test_a_pointer_resolves_to_its_innermost_buffer_as_a_walk_would_find_it():
-    from egf_audit.runtime.capture_model import Buffer, CaptureLayout
+    from egf_audit.capture.model import Buffer, CaptureLayout
 
     rng = np.random.default_rng(11)
     for _ in range(300):
@@ -362,7 +362,7 @@ def test_a_pointer_resolves_to_its_innermost_buffer_as_a_walk_would_find_it():
 
 
 def test_the_outermost_buffers_are_those_inside_no_other():
-    from egf_audit.runtime.capture_model import Buffer, CaptureLayout
+    from egf_audit.capture.model import Buffer, CaptureLayout
 
     layout = CaptureLayout()
     for name, base, size in (

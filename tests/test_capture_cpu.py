@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 from cpu_standins import FAULTS, KERNELS, artifact, plan
 
-from egf_audit.capture.audit import audit_capture
 from egf_audit.capture.cpu_capture import run_cpu_capture
 from egf_audit.capture.cpu_kernels import build_source, find_kernels
 from egf_audit.capture.cpu_libraries import expand, stubs_source
 from egf_audit.capture.events import read_capture
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 
 RECORDED = Path(__file__).parent / "data" / "capture" / "runtime" / "recorded"

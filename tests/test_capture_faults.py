@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from cpu_capture import MIX64_M1, MIX64_M2, MIX64_STEP, capture_standin, mix64, sgemm_log
 
-from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.cublas_log import parse_cublas
 from egf_audit.capture.events import read_capture
 from egf_audit.capture.layout import layout_in, load_layout_file
+from egf_audit.capture.model import ProcessCapture
+from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.invariants import FAIL, INVARIANTS, PASS, WARN, capture_common, evaluate
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import ProcessCapture
 from egf_audit.runtime.effects import GUARD_ELEMENTS
 from egf_audit.scenarios.faults import FAULTS
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from capture_folders import write_manifest
 
-from egf_audit.capture.audit import audit_capture
 from egf_audit.capture.events import read_capture
+from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.capture.kernel_params import source_name
 from egf_audit.capture.layout import load_layout_file, place
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
-from egf_audit.runtime.gemm_operands import gemm_operands
 
 PID = 777
 HEADERS = {

@@ -21,10 +21,10 @@ import pytest
 from test_capture_outsider import checker, recorded_lines
 from test_capture_runtime import RECORDINGS
 
-from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.events import read_capture
+from egf_audit.capture.model import ProcessCapture
+from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import ProcessCapture
 
 DATA = Path(__file__).parent / "data" / "capture"
 RUNTIME = DATA / "runtime" / "recorded"

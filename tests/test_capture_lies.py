@@ -24,8 +24,8 @@ import pytest
 from capture_folders import without_layout
 from typer.testing import CliRunner
 
-from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.cli.app import app
+from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants import capture_common
 from egf_audit.invariants.registry import PASS

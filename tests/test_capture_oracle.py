@@ -1,5 +1,5 @@
 """EGF010 from a deep capture with values (invariants/capture_oracle.py) and the memory history
-it reads (runtime/capture_memory.py): what the history knows and what it refuses to guess, and
+it reads (capture/memory.py): what the history knows and what it refuses to guess, and
 the ways a values file can lie or be cut off, each a FAIL or a refusal (exit 2), never a pass.
 
 The capture edited here is the runtime trainer's, captured --deep on the H200
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from capture_folders import write_manifest
 
-from egf_audit.capture.audit import audit_capture
 from egf_audit.capture.events import read_capture
+from egf_audit.capture.memory import MemoryHistory, Request
+from egf_audit.capture.model import Contents, Effect, ProcessCapture, Record
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
-from egf_audit.runtime.capture_memory import MemoryHistory, Request
-from egf_audit.runtime.capture_model import Contents, Effect, ProcessCapture, Record
 from egf_audit.runtime.trace import Missing
 
 CLEAN = Path(__file__).parent / "data" / "capture" / "runtime" / "recorded" / "rt-deep-clean"

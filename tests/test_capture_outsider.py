@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from cpu_standins import OUTSIDER, artifact
 
-from egf_audit.capture.audit import audit_capture
 from egf_audit.capture.cpu_capture import run_cpu_capture
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 
 pytestmark = pytest.mark.skipif(

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from egf_audit.capture.build import HERE
+from egf_audit.capture.model import SnapshotRegion
 from egf_audit.invariants import capture_common
-from egf_audit.runtime.capture_model import SnapshotRegion
 from egf_audit.runtime.trace import Missing
 
 HARNESS = r"""

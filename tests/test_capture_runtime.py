@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from egf_audit.capture.audit import CaptureAudit, audit_capture
 from egf_audit.capture.events import read_capture
+from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.kernels import KERNELS_BY_NAME
 
 DATA = Path(__file__).parent / "data" / "capture"

@@ -17,12 +17,12 @@ from pathlib import Path
 import capture_plants
 import pytest
 
-from egf_audit.capture.audit import audit_capture
+from egf_audit.capture.model import CaptureTrace
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.egf001_gemm_k_matches_lda import INVARIANT as EGF001
 from egf_audit.invariants.gemm_spans import implied_slice_problem, slice_problem
-from egf_audit.runtime.capture_model import CaptureTrace
 from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS, TensorRef, entry_of
 from egf_audit.runtime.trace import Region
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from egf_audit.capture.audit import audit_capture
 from egf_audit.capture.folder import read_folder
 from egf_audit.capture.manifest import CAPTURE_FORMAT, read_manifest
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 
 DATA = Path(__file__).parent / "data" / "capture"

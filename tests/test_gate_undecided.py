@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from cli_fakes import invoke
 
-from egf_audit.capture import audit as audit_module
-from egf_audit.capture.audit import TRAINERS, audit_capture
+from egf_audit.cli import capture_audit as audit_module
+from egf_audit.cli.capture_audit import TRAINERS, audit_capture
 from egf_audit.cli.gate_options import TRAINERS as OPTION_TRAINERS
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import UNDECIDED

@@ -33,7 +33,7 @@ import pytest
 from capture_folders import without_layout, write_manifest
 from standin import trainer as standin
 
-from egf_audit.capture.audit import CaptureAudit, audit_capture
+from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS_BY_CODE
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED

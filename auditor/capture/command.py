@@ -74,7 +74,7 @@ from .manifest import (
 )
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import ProcessCapture
+    from egf_audit.capture.model import ProcessCapture
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
 MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED

@@ -7,14 +7,14 @@ a finding of EGF007 and EGF008). A site's window starts after the previous site'
 accumulate, and the first site's at the step's first GEMM, so what the trainer did while it
 allocated (its first memsets) is never counted as a step's work. Every pointer argument is
 bound to the named buffer it lands in, or to none; a GEMM of any entry point binds each of its
-batches' operands (runtime/capture_model.py, gemm_operands); a kernel egf-audit does not know
+batches' operands (capture/model.py, gemm_operands); a kernel egf-audit does not know
 gets access "?" on every buffer its pointer arguments land in: it may write any of them.
 """
 
 from __future__ import annotations
 
-from egf_audit.runtime.capture_allocations import Allocation
-from egf_audit.runtime.capture_model import (
+from egf_audit.capture.allocations import Allocation
+from egf_audit.capture.model import (
     GEMM_KINDS,
     CaptureLayout,
     CaptureTrace,

@@ -28,15 +28,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from egf_audit.errors import UsageError, option_error
-from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_model import (
+from egf_audit.capture.model import (
     HASH_FNV1A,
     Contents,
     Effect,
     ProcessCapture,
     Record,
 )
+from egf_audit.errors import UsageError, option_error
+from egf_audit.kernels import KERNELS_BY_NAME
 
 from .cublas_log import cublas_record, inside_classic_call
 from .files import CutOff, parse_line, refuse, text_lines

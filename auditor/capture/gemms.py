@@ -1,5 +1,5 @@
 """Every cuBLAS GEMM entry point as one form: the SGEMM's shape arguments, its pointers, and what
-a batched, typed or cuBLASLt call adds (runtime/capture_model.py names the keys).
+a batched, typed or cuBLASLt call adds (capture/model.py names the keys).
 
 Two sources. cuBLAS's own logger words each call of the classic API (`cublasSgemm_v2`,
 `cublasGemmEx`, `cublasSgemmStridedBatched`, `cublasGemmStridedBatchedEx`, `cublasSgemmBatched`,
@@ -20,7 +20,7 @@ import re
 import struct
 from typing import Any
 
-from egf_audit.runtime.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
+from egf_audit.capture.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
 
 from .schema import ADDRESS_LIMIT, LOWEST_ADDRESS

@@ -13,7 +13,7 @@ batch reads where its stride is R rows, is judged by EGF001 from the call itself
 
 from __future__ import annotations
 
-from egf_audit.runtime.capture_model import Buffer, CaptureLayout, ProcessCapture, Record
+from egf_audit.capture.model import Buffer, CaptureLayout, ProcessCapture, Record
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     CONCAT_KERNEL,

@@ -29,8 +29,8 @@ import json
 from pathlib import Path
 from typing import Any, NoReturn
 
+from egf_audit.capture.model import Buffer, CaptureLayout, ProcessCapture
 from egf_audit.errors import UsageError
-from egf_audit.runtime.capture_model import Buffer, CaptureLayout, ProcessCapture
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.small_files import read_small_bytes
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from egf_audit import __version__
-from egf_audit.capture.audit import CaptureAudit, ProcessAudit, audit_capture
+from egf_audit.cli.capture_audit import CaptureAudit, ProcessAudit, audit_capture
 from egf_audit.cli.delivery import Deliveries, RunOutcome, deliver, document_gate
 from egf_audit.cli.outputs import check_distinct, gate_outputs, is_stdout
 from egf_audit.cli.paths import document_base, shown

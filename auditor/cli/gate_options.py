@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from egf_audit.errors import UsageError
 
-TRAINERS = ("sp14", "generic")  # the same as egf_audit.capture.audit.TRAINERS (tested)
+TRAINERS = ("sp14", "generic")  # the same as egf_audit.cli.capture_audit.TRAINERS (tested)
 MAX_SHOWN = 40  # a hostile value is cut to this many characters in a message
 
 

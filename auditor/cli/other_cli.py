@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markdown import Markdown
 from rich.text import Text
 
 from egf_audit.cli.options import (
@@ -170,6 +169,8 @@ def explain(
     if raw:
         stdout.file.write(text)
     else:
+        from rich.markdown import Markdown  # markdown-it and pygments: only `explain` needs them
+
         stdout.print(Markdown(text))
 
 

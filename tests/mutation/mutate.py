@@ -21,7 +21,7 @@ child:
 
 The child re-executes the mutated module's tree in the module's own namespace, then every
 module of the targets that imports it (the registry `egf_audit.invariants` last among the
-invariants, `egf_audit.capture.audit` after the capture modules), so INVARIANTS holds the
+invariants, `egf_audit.cli.capture_audit` after the capture modules), so INVARIANTS holds the
 mutated checks, and recomputes what the mutant can change: the rebuild verdicts and capture
 verdicts of the invariants whose modules depend on the mutated one (on the recorded captures'
 CaptureTraces), or, for a capture module, the whole `audit_capture` of every capture (its
@@ -393,7 +393,7 @@ def capture_outcome(inputs: Inputs, name: str, keep: dict | None = None):
     """(key, status) of the whole `audit_capture` of one capture input, as the modules stand."""
     from egf_audit.errors import UsageError
 
-    audit_module = sys.modules["egf_audit.capture.audit"]
+    audit_module = sys.modules["egf_audit.cli.capture_audit"]
     audit_module.read_capture = _read_cached(inputs)
     folder, use_layout = inputs.captures[name]
     try:
@@ -614,7 +614,7 @@ def prepare(
     scratch: Path, survivor_tests: bool = True
 ) -> tuple[Inputs, dict[str, list], dict[str, str], dict]:
     _check_targets_are_imported_from_here()
-    import egf_audit.capture.audit  # noqa: F401  (every target loaded before the fork)
+    import egf_audit.cli.capture_audit  # noqa: F401  (every target loaded before the fork)
 
     plan = _plan()
     _install_hash_memo(None)
@@ -666,13 +666,13 @@ def _install(mutant: Mutant, plan: dict) -> None:
 
 def cmd_probe(args) -> None:
     """One capture folder's audit, original and with a mutant installed: which verdict differs."""
-    from egf_audit.capture.audit import audit_capture
+    from egf_audit.cli.capture_audit import audit_capture
 
     plan = _plan()
     _install_hash_memo(None)
 
     def verdicts():
-        audit = sys.modules["egf_audit.capture.audit"].audit_capture
+        audit = sys.modules["egf_audit.cli.capture_audit"].audit_capture
         try:
             a = audit(Path(args.capture), use_layout=not args.inferred)
         except Exception as exc:
@@ -698,7 +698,7 @@ def cmd_probe(args) -> None:
 
 def cmd_probe_rebuild(args) -> None:
     """One rebuild run (the clean ci run, or a fault's), original and with a mutant installed."""
-    import egf_audit.capture.audit  # noqa: F401  (every target loaded)
+    import egf_audit.cli.capture_audit  # noqa: F401  (every target loaded)
     from egf_audit.pipeline.config import preset_config
     from egf_audit.runtime.backends import select_backend
     from egf_audit.runtime.kernel_sources import load_kernel_set

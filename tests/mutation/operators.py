@@ -76,7 +76,7 @@ MESSAGE_ONLY: dict[str, frozenset[str]] = {
     "invariants/egf010_oracle_agreement.py": frozenset({"_failing", "_step_evidence"}),
     "invariants/egf013_kernel_effects_contained.py": frozenset({"_what"}),
     "invariants/registry.py": frozenset({"Invariant.doc"}),
-    "auditor/capture/audit.py": frozenset({"ProcessAudit.unresolved_gemms"}),
+    "auditor/cli/capture_audit.py": frozenset({"ProcessAudit.unresolved_gemms"}),
 }
 # Calls whose arguments are only words or evidence: a verdict's constructor (its status is the
 # function called, never an argument), an exception's message.
@@ -95,7 +95,7 @@ EVIDENCE = {"evidence", "counts"}  # the names the checks give a verdict's evide
 CAPTURE_MODULES = {
     "egf_audit.capture.layout",
     "egf_audit.capture.convert",
-    "egf_audit.capture.audit",
+    "egf_audit.cli.capture_audit",
 }
 
 FINDINGS = re.compile(

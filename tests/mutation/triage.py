@@ -56,8 +56,8 @@ TE = "invariants/trunk_entry.py"
 LA = "auditor/capture/layout.py"
 IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
-AU = "auditor/capture/audit.py"
-CM = "auditor/runtime/capture_model.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
+AU = "auditor/cli/capture_audit.py"
+CM = "auditor/capture/model.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
 
 TRIAGE: tuple[Entry, ...] = (
     # ---- capture_common ----

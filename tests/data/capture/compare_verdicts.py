@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from egf_audit.capture.audit import audit_capture
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 
 HERE = Path(__file__).resolve().parent

@@ -6,7 +6,7 @@ import collections
 import json
 import sys
 
-from egf_audit.capture.audit import audit_capture
+from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 
 

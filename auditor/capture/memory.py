@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from egf_audit.runtime.capture_model import OBSERVED_KINDS, ProcessCapture
+from egf_audit.capture.model import OBSERVED_KINDS, ProcessCapture
 from egf_audit.runtime.trace import Missing
 
 

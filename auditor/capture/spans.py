@@ -19,14 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from egf_audit.capture.allocations import Allocation
+from egf_audit.capture.gemm_operands import gemm_operands
+from egf_audit.capture.model import GEMM_KINDS, CaptureLayout, Record
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_allocations import Allocation
-from egf_audit.runtime.capture_model import GEMM_KINDS, CaptureLayout, Record
-from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.memory import ELEMENT_BYTES
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.capture_model import CaptureTrace
+    from egf_audit.capture.model import CaptureTrace
 
 MAX_BATCHES = 1 << 16  # batches of one strided GEMM spelled out; more is refused (Unbounded)
 MAX_BOX_ROWS = 1 << 20  # separate rows of one box spelled out; more is refused (Unbounded)

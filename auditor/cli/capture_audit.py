@@ -18,18 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from egf_audit.capture.convert import to_trace
+from egf_audit.capture.folder import CaptureFolder, read_folder
+from egf_audit.capture.inference import infer_layout
+from egf_audit.capture.kernel_params import ABI_KERNELS
+from egf_audit.capture.layout import load_layout_file, place
+from egf_audit.capture.manifest import audited_process, exit_words
+from egf_audit.capture.model import CaptureLayout, CaptureTrace, ProcessCapture
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, Verdict
 from egf_audit.invariants.undecided import allowed_by_default, capture_mode, not_allowed
-from egf_audit.runtime.capture_model import CaptureLayout, CaptureTrace, ProcessCapture
-
-from .convert import to_trace
-from .folder import CaptureFolder, read_folder
-from .inference import infer_layout
-from .kernel_params import ABI_KERNELS
-from .layout import load_layout_file, place
-from .manifest import audited_process, exit_words
 
 
 @dataclass(frozen=True)

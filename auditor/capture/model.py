@@ -1,8 +1,8 @@
 """What a capture of the trainer's own process is, once read: the records of one process, the
 buffers its pointers land in, and the same `Trace` the rebuild records, cut into steps and call
-sites. egf_audit.capture reads capture folders into these types; the invariants judge them. The
-types live here, below both, so an invariant's capture check sits beside its rebuild check and
-neither imports the code that reads the files.
+sites. The reader beside it (events.py, layout.py, convert.py) makes these from a capture
+folder; the invariants, a floor above, judge them. The capture's room holds no check and
+imports no invariant (cli/capture_audit.py runs them).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
+from egf_audit.capture.allocations import Allocation, AllocationIndex
+from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.capture_allocations import Allocation, AllocationIndex
 from egf_audit.runtime.config_view import HyperView
-from egf_audit.runtime.gemm_operands import gemm_operands
 from egf_audit.runtime.hyper import Hyper
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.trace import Binding, BufferLayout, Region, Trace
