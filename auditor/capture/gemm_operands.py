@@ -1,7 +1,7 @@
 """A GEMM call's operands, whatever entry point made it: each batch's operand as a pointer, an
 element size and a row-major box, from the one form every GEMM record carries (below). The
 capture reader checks them against the process's address space, the bindings name them,
-EGF001 judges them and capture_spans.py spells them out in bytes.
+EGF001 judges them and spans.py spells them out in bytes.
 """
 
 from __future__ import annotations
