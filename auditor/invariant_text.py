@@ -73,9 +73,15 @@ def _text_of(path: Path) -> InvariantText:
     raise UnreadableText(f"{path.name}: no INVARIANT = Invariant(...)")
 
 
+def invariant_modules() -> list[Path]:
+    """The invariants' modules (one an invariant), found without importing any: how many
+    invariants a run will judge, known before torch and the checks are loaded."""
+    return sorted(_folder().glob("egf[0-9][0-9][0-9]_*.py"))
+
+
 def read_texts() -> tuple[InvariantText, ...]:
     """Every invariant's texts, in code order, from the modules' source."""
-    paths = sorted(_folder().glob("egf[0-9][0-9][0-9]_*.py"))
+    paths = invariant_modules()
     if not paths:
         raise UnreadableText("no invariant module found")
     return tuple(sorted((_text_of(p) for p in paths), key=lambda t: t.code))

@@ -22,7 +22,6 @@ import pytest
 from cli_fakes import CODES, DOC, REAL_INVARIANTS, fake_mutants, fake_registry, invoke
 
 from egf_audit import invariants
-from egf_audit.cli import commands
 from egf_audit.invariants.registry import FAIL, WARN
 from egf_audit.scenarios.audit import mode_scenarios
 from egf_audit.scenarios.faults import FAULTS, FAULTS_BY_NAME
@@ -176,7 +175,7 @@ def test_unexpected_internal_error_exits_3(fake, monkeypatch):
     def broken(report):
         raise RuntimeError("renderer exploded")
 
-    monkeypatch.setattr(commands, "render_document", broken)
+    monkeypatch.setattr("egf_audit.reports.document.render_document", broken)
     result = invoke("run", "--device", "cpu")
     assert_one_line_error(result, 3, "internal error: RuntimeError: renderer exploded")
 

@@ -16,40 +16,35 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from egf_audit import __version__, invariants
+from egf_audit import __version__
 from egf_audit.cli import sanitize
 from egf_audit.cli import witness as witness_run
+from egf_audit.cli.beside import Beside
 from egf_audit.cli.changed_lines import base_ref, changed_hunks
-from egf_audit.cli.delivery import (
-    WHITESPACE_ONLY,
-    Deliveries,
-    RunOutcome,
-    annotating,
-    deliver,
-    document_gate,
-)
 from egf_audit.cli.outputs import check_distinct, gate_outputs
 from egf_audit.cli.paths import command_line, document_base, shown
 from egf_audit.cli.progress import NullProgress, Progress
 from egf_audit.cli.validate import check_device, check_launch_timeout, check_steps, parse_modes
 from egf_audit.errors import AuditEnvironmentError, about_option
-from egf_audit.oracle import warmup as oracle_warmup
+from egf_audit.invariant_text import invariant_modules
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
-from egf_audit.reports import github
-from egf_audit.reports.document import (
-    render_document,
-)
-from egf_audit.reports.model import AuditReport, Gate, RunInfo
 from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.kernel_sources import KernelSet, load_kernel_set
 from egf_audit.scenarios.audit import Auditor, mode_scenarios
 
+if TYPE_CHECKING:
+    from egf_audit.cli.delivery import RunOutcome
+    from egf_audit.reports.model import AuditReport, Gate, RunInfo
+
+# What the invariants phase and the outputs need, torch among it: imported beside the backend
+# and the scenarios (cli/beside.py), never before them
+JUDGING = ("egf_audit.invariants", "egf_audit.cli.delivery", "egf_audit.oracle.warmup")
 DEFAULT_OUT = Path("docs/dqn-wire-up-audit.md")
 DEFAULT_STEPS = 2
 CUPY_EXTRAS = "pip install 'egf-audit[cuda13]' (CUDA 13) or 'egf-audit[cuda12]' (CUDA 12)"
@@ -153,6 +148,8 @@ def run_info(backend: Backend, picked: str, timings: dict[str, float]) -> RunInf
 def evaluate_all(run: AuditRun, progress: Progress) -> tuple[list, dict[str, float]]:
     """Every invariant of the registry for every mode, one invariant at a time so progress and
     per-invariant timings can be shown. CheckCrashed propagates (exit 3)."""
+    from egf_audit import invariants
+
     results: list = []
     seconds: dict[str, float] = {}
     for inv in invariants.INVARIANTS:
@@ -218,8 +215,29 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     check_launch_timeout(req.launch_timeout_s)
     if req.sanitize:
         sanitize.check_request(req.device)
+    beside = Beside(JUDGING)
+    try:
+        return _audit(req, progress, modes, beside)
+    finally:
+        beside.join()  # at once where the invariants phase joined it already
+
+
+def _warm_up(config: Config) -> Callable[[], None]:
+    """torch's CUDA start-up (oracle/warmup.py), run by the thread that imported torch."""
+
+    def work() -> None:
+        from egf_audit.oracle import warmup
+
+        warmup.warm_up(config, warmup.Warmup())
+
+    return work
+
+
+def _audit(
+    req: RunRequest, progress: Progress, modes: tuple[str, ...], beside: Beside
+) -> RunOutcome:
     n_scenarios = sum(len(mode_scenarios(m)) for m in modes) + 2  # + wrapper and gate probes
-    progress.plan(4 + n_scenarios + len(invariants.INVARIANTS) + 1)
+    progress.plan(4 + n_scenarios + len(invariant_modules()) + 1)
     timer = _Timer()
     base = req.base
 
@@ -237,17 +255,18 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
     if witness_log is not None:
         witness_run.listen(witness_log, backend)
     auditor = Auditor(config, backend, steps=req.steps, progress=progress.step)
-    # torch's CUDA start-up runs beside the scenarios (CUDA backend only); the invariants wait
-    # for it, inside their own phase
-    warm = oracle_warmup.start(backend.name, config)
+    # torch's CUDA start-up runs beside the scenarios too (CUDA backend only), in the thread
+    # that imported torch, once it has; "torch" times what is left of both when they end
+    beside.then(_warm_up(config) if backend.name == "cuda" else None)
     run = timer("scenarios", lambda: auditor.run(modes))
     witness = witness_run.finish(witness_log, backend, run) if witness_log is not None else None
+    timer("torch", beside.join)
+    from egf_audit import invariants
+    from egf_audit.cli.delivery import WHITESPACE_ONLY, RunOutcome, annotating
+    from egf_audit.reports.document import render_document
+    from egf_audit.reports.model import AuditReport
 
-    def invariants_phase() -> tuple[list, dict[str, float]]:
-        warm.wait()
-        return evaluate_all(run, progress)
-
-    results, seconds = timer("invariants", invariants_phase)
+    results, seconds = timer("invariants", lambda: evaluate_all(run, progress))
     environment: dict[str, Any] = {"device": backend.name, "backend": dict(backend.info())}
     sanitizer_failures: list[str] = []
     if req.sanitize:
@@ -313,6 +332,8 @@ def _changed_lines(
 
 
 def _gate(req: RunRequest, report: AuditReport, document: str, base: Path) -> Gate:
+    from egf_audit.cli.delivery import document_gate
+
     return document_gate(report, document, Path(req.out), req.check, base)
 
 
@@ -323,6 +344,9 @@ def _write_outputs(
     seconds: dict,
     changed: dict[str, list[tuple[int, int]]],
 ) -> None:
+    from egf_audit.cli.delivery import Deliveries, deliver
+    from egf_audit.reports import github
+
     deliver(
         outcome,
         Deliveries(req.out, req.check, req.json_out, req.junit_out, req.trace_out),

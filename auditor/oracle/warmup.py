@@ -52,23 +52,27 @@ def start(backend: str, config: ConfigView) -> Warmup:
     if backend != "cuda":
         return Warmup()
     warm = Warmup()
-
-    def work() -> None:
-        began = time.perf_counter()
-        try:
-            if torch.cuda.is_available():
-                run_once(config.dims, config.hyper, torch.device("cuda"))
-                torch.cuda.synchronize()
-        except BaseException as exc:  # kept: the checks meet it again where it is reported
-            warm.error = exc
-        finally:
-            warm.seconds = time.perf_counter() - began
-
     # not a daemon: a process that ends early (a failed scenario) waits for it rather than
     # tearing CUDA down under it
-    warm.thread = threading.Thread(target=work, name="egf-audit-torch-warmup")
+    warm.thread = threading.Thread(
+        target=lambda: warm_up(config, warm), name="egf-audit-torch-warmup"
+    )
     warm.thread.start()
     return warm
+
+
+def warm_up(config: ConfigView, warm: Warmup) -> None:
+    """The start-up itself, in the calling thread (`start`'s, or the one that imported torch
+    beside the scenarios: cli/beside.py): its error and its seconds kept on `warm`."""
+    began = time.perf_counter()
+    try:
+        if torch.cuda.is_available():
+            run_once(config.dims, config.hyper, torch.device("cuda"))
+            torch.cuda.synchronize()
+    except BaseException as exc:  # kept: the checks meet it again where it is reported
+        warm.error = exc
+    finally:
+        warm.seconds = time.perf_counter() - began
 
 
 def run_once(dims: DimsView, hyper: HyperView, dev: torch.device) -> None:
