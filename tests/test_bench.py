@@ -497,7 +497,7 @@ def test_profile_on_the_cpu_times_the_audit_by_phase_invariant_scenario_and_kind
     audit = data["audit_profile"]
     assert (audit["device"], audit["preset"], len(audit["seconds"])) == ("cpu", "ci", 1)
     assert audit["argv"][:6] == ["egf-audit", "run", "--device", "cpu", "--preset", "ci"]
-    assert set(audit["phases_s"]) == {"config", "kernels", "backend", "scenarios", "invariants"}
+    assert set(audit["phases_s"]) == {"config", "kernels", "backend", "scenarios", "torch", "invariants"}
     assert set(audit["invariants_median_s"]) == {inv.code for inv in INVARIANTS}
     profiled = audit["profiled"]
     assert len(profiled["scenarios"]) == 12  # five per mode, the wrapper and the gate probes
