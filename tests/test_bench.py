@@ -497,7 +497,8 @@ def test_profile_on_the_cpu_times_the_audit_by_phase_invariant_scenario_and_kind
     audit = data["audit_profile"]
     assert (audit["device"], audit["preset"], len(audit["seconds"])) == ("cpu", "ci", 1)
     assert audit["argv"][:6] == ["egf-audit", "run", "--device", "cpu", "--preset", "ci"]
-    assert set(audit["phases_s"]) == {"config", "kernels", "backend", "scenarios", "torch", "invariants"}
+    phases = {"config", "kernels", "backend", "scenarios", "torch", "invariants"}
+    assert set(audit["phases_s"]) == phases
     assert set(audit["invariants_median_s"]) == {inv.code for inv in INVARIANTS}
     profiled = audit["profiled"]
     assert len(profiled["scenarios"]) == 12  # five per mode, the wrapper and the gate probes
@@ -514,11 +515,12 @@ def test_profile_on_the_cpu_times_the_audit_by_phase_invariant_scenario_and_kind
     assert "| stray-write comparisons |" in text and "| EGF010 |" in text
 
 
-def _audit(seconds: list[float], invariants: float):
+def _audit(seconds: list[float], invariants: float, torch: float = 0.0):
     from egf_audit.bench.audit_profile import PHASES, AuditProfile
 
     phases = {p: [0.5] * len(seconds) for p in PHASES}
     phases["invariants"] = [invariants] * len(seconds)
+    phases["torch"] = [torch] * len(seconds)  # what was left of torch's import and warm-up
     return AuditProfile("cuda", "prod", ["egf-audit", "run"], seconds, phases, {})
 
 
@@ -535,6 +537,10 @@ def test_audit_targets_hold_the_whole_command_and_its_invariants_phase():
     assert {t["key"]: t for t in evaluate_targets(report)}["audit_prod_cuda"]["status"] == "met"
     assert got["audit_prod_invariants"]["status"] == "missed"
     assert got["audit_prod_invariants"]["note"] == "20% outside the bound"
+    # the wait for torch's import and warm-up counts in the invariants phase, as the user waits
+    report.audit = _audit([4.0, 4.5, 4.2], invariants=0.8, torch=0.4)
+    waited = {t["key"]: t for t in evaluate_targets(report)}["audit_prod_invariants"]
+    assert waited["status"] == "missed" and waited["value"] == pytest.approx(1.2)
     assert got["audit_ci_cpu"]["status"] == "not measured"  # a CPU bound, on a cuda report
     report.audit = Unavailable("egf-audit run exited 3")
     assert {t["status"] for t in evaluate_targets(report) if t["key"].startswith("audit")} == {

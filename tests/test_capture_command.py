@@ -592,3 +592,38 @@ def test_a_capture_writes_the_format_mark_and_its_table_of_contents(tmp_path, fa
     (entry,) = manifest["processes"]
     assert entry["pid"] == PID and entry["kernels"] > 700 and entry["snapshots"] > 0
     run_capture(trainer(tmp_path), out)  # an egf-audit capture: replaced
+
+
+def test_egf_audit_s_own_failure_while_the_command_runs_does_not_kill_it(tmp_path, monkeypatch):
+    """An import of egf-audit's own that fails while the traced command runs is raised once the
+    command has ended: the user's run is not killed for it."""
+    marker = tmp_path / "finished"
+
+    def broken() -> None:
+        raise RuntimeError("numpy is broken")
+
+    monkeypatch.setattr(capture_command, "_import_reader", broken)
+    command = [sys.executable, "-c", f"import time; time.sleep(0.3); open({str(marker)!r}, 'w')"]
+    with pytest.raises(RuntimeError, match="numpy is broken"):
+        capture_command._run(command, dict(os.environ))
+    assert marker.exists()
+
+
+def test_ctrl_c_while_the_command_runs_kills_and_reaps_it(tmp_path, monkeypatch):
+    started = []
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    real = subprocess.Popen
+
+    def spy(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(capture_command, "_import_reader", interrupted)
+    monkeypatch.setattr(capture_command.subprocess, "Popen", spy)
+    with pytest.raises(KeyboardInterrupt):
+        capture_command._run(["sleep", "30"], dict(os.environ))
+    (proc,) = started
+    assert proc.returncode is not None and proc.returncode < 0  # killed, and waited for

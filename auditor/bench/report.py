@@ -164,6 +164,13 @@ class AuditTarget:
     value: Callable[[Any], float | None]  # of an audit_profile.AuditProfile
 
 
+def _waited(torch: float | None, invariants: float | None) -> float | None:
+    """The invariants phase as the user waits for it: what was left of torch's import and
+    warm-up when the scenarios ended (a run made before they moved beside the scenarios has no
+    "torch" phase: its wait was inside the invariants phase) and the checks themselves."""
+    return None if invariants is None else invariants + (torch or 0.0)
+
+
 AUDIT_TARGETS: tuple[AuditTarget, ...] = (
     # the whole command as the user waits for it: Python's start-up, the imports, the CUDA
     # context, the phases, the document and the outputs (the phases alone met 5 s while the
@@ -173,8 +180,8 @@ AUDIT_TARGETS: tuple[AuditTarget, ...] = (
         "cuda", "prod", 5.0, "le", " s", lambda p: p.median_s,
     ),
     AuditTarget(
-        "audit_prod_invariants", "its invariants phase (median)",
-        "cuda", "prod", 1.0, "le", " s", lambda p: p.phase_s("invariants"),
+        "audit_prod_invariants", "its invariants phase, the wait for torch included (median)",
+        "cuda", "prod", 1.0, "le", " s", lambda p: _waited(p.phase_s("torch"), p.phase_s("invariants")),  # noqa: E501
     ),
     AuditTarget(
         "audit_ci_cpu", "`egf-audit run` (ci) on the CPU, whole command (warm, median)",

@@ -235,20 +235,34 @@ def _import_reader() -> None:
 
 def _run(command: list[str], env: dict) -> tuple[int, float]:
     """Run the command: its exit code (as subprocess gives it) and its wall time. As
-    subprocess.run does, an exception here (Ctrl-C: after the command's own brief chance to
-    end) kills the command before it is raised."""
+    subprocess.run does, Ctrl-C (after the command's own brief chance to end) or a termination
+    kills the command before it is raised; an import of egf-audit's own that fails meanwhile is
+    raised once the command has ended, never at the cost of the user's run."""
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
         raise UsageError(f"cannot run {shlex.join(command)}: {exc.strerror}") from None
+    failed: Exception | None = None
     with proc:
         try:
-            _import_reader()
+            try:
+                _import_reader()
+            except Exception as exc:  # egf-audit's own failure: the command runs to its end
+                failed = exc
             code = proc.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the command too: its brief chance to end (Popen.wait gives it
+            # where the interrupt lands inside it), then the kill
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.25)
+            proc.kill()
+            raise
         except BaseException:
             proc.kill()
             raise
+    if failed is not None:
+        raise failed
     return code, time.perf_counter() - start
 
 

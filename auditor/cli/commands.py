@@ -217,9 +217,10 @@ def run_audit(req: RunRequest, progress: Progress | None = None) -> RunOutcome:
         sanitize.check_request(req.device)
     beside = Beside(JUDGING)
     try:
+        beside.start()
         return _audit(req, progress, modes, beside)
     finally:
-        beside.join()  # at once where the invariants phase joined it already
+        beside.join(raising=False)  # at once where the invariants phase joined it already
 
 
 def _warm_up(config: Config) -> Callable[[], None]:
@@ -248,6 +249,8 @@ def _audit(
     kernels = timer("kernels", lambda: load_kernel_set(req.kernels_dir, only=req.kernels_only))
     witness_log = witness_run.start(req.device) if req.cublas_log else None
     progress.step(f"backend (--device {req.device}): compiling kernels")
+    if req.device == "cpu" or (req.device == "auto" and not cuda_usable()[0]):
+        beside.imported()  # the CPU backend imports torch: never two threads at once
     backend, picked = timer(
         "backend", lambda: pick_backend(req.device, kernels, req.launch_timeout_s)
     )

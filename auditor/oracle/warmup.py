@@ -4,17 +4,19 @@ invariants.
 The first invariants to use torch on the GPU (EGF005, EGF007, EGF010) would otherwise pay,
 inside the invariants phase, for what torch does once a process: its CUDA initialisation, its
 cuBLAS handle, the caching allocator's first blocks and the first load of every kernel they
-launch (CUDA loads a kernel's module on its first launch). `start(backend, config)` does that
-work in a background thread while the scenarios run on CuPy: one float64 step of the oracle's
-math on random tensors of the config's shapes (the same functions, dtypes and shapes EGF010
-runs, and the element-wise and reduction kernels EGF005 and EGF007 use), then it waits for the
-device. Nothing it computes is kept or read by a check.
+launch (CUDA loads a kernel's module on its first launch). `egf-audit run` has the thread that
+imported torch beside the scenarios do that work (`warm_up`, cli/beside.py); `start(backend,
+config)` starts a thread of its own for it. Either way it runs while the scenarios run on
+CuPy: one float64 step of the oracle's math on random tensors of the config's shapes (the same
+functions, dtypes and shapes EGF010 runs, and the element-wise and reduction kernels EGF005
+and EGF007 use), then it waits for the device. Nothing it computes is kept or read by a check.
 
 Why it is safe: torch and CuPy share the device's primary context; the thread's tensors are
 torch's own allocations, which no scenario buffer overlaps, so the only thing shared is the
-device's time, and both libraries queue on the default stream, in order. `Warmup.wait()` joins
-the thread before the first invariant runs, so the checks never race with it. It starts only on
-the CUDA backend (the CPU backend gains nothing and must not touch a GPU). An error in the thread
+device's time, and both libraries queue on the default stream, in order. The thread is joined
+before the first invariant runs (`Beside.join`, `Warmup.wait`), so the checks never race with
+it. It starts only on the CUDA backend (the CPU backend gains nothing and must not touch a
+GPU). An error in the thread
 is kept, never raised: the invariants then meet the same error, where it is reported.
 """
 
