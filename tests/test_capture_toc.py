@@ -310,3 +310,29 @@ def test_a_launcher_not_recorded_deep_makes_a_deep_capture_incomplete(tmp_path):
     _set_manifest(folder, doc)
     audit = audit_capture(folder)
     assert [line.split(":")[0] for line in audit.incomplete] == ["process 1", "process 2"]
+
+
+# ---- "values_dropped": capture drops the values of a process no SP14 invariant reads ----
+@pytest.mark.parametrize(
+    ("fixture", "edit", "pattern"),
+    [
+        # an SP14 process: capture never drops its values (EGF010's oracle reads them)
+        ("runtime/recorded/rt-deep-clean", "drop", "launched SP14 kernels, .* never drops those"),
+        # the file is still there
+        ("runtime/recorded/rt-deep-clean", "mark", r"values-\d+\.bin\.gz: manifest.json says"),
+        # its recorder kept no values at all
+        ("runtime/recorded/rt-clean", "mark", "says its recorder kept none"),
+        # the mark is written only as true
+        ("runtime/recorded/rt-clean", "false", '"values_dropped" is written only as true'),
+    ],
+)
+def test_a_manifest_that_says_values_were_dropped_is_held_to_it(tmp_path, fixture, edit, pattern):
+    folder = _copy(tmp_path, fixture)
+    doc = _manifest(folder)
+    (entry,) = doc["processes"]
+    entry["values_dropped"] = edit != "false"
+    _set_manifest(folder, doc)
+    if edit == "drop":
+        for name in folder.glob("values-*"):
+            name.unlink()
+    refused(folder, pattern)
