@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.capture.evidence import observed_write
 from egf_audit.capture.model import HASH_FNV1A, HASH_MIX64
-from egf_audit.invariants.capture_evidence import observed_write
 from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
 from egf_audit.runtime.trace import Missing
 

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from egf_audit.capture.evidence import guard_changes
 from egf_audit.capture.model import GEMM_KINDS
+from egf_audit.capture.observed import calls_changing, observations
 from egf_audit.capture.spans import Spans, Unbounded, declared
-from egf_audit.invariants.capture_effects import calls_changing, observations
-from egf_audit.invariants.capture_evidence import guard_changes
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
 from egf_audit.invariants.registry import (
     Invariant,

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from egf_audit.capture.evidence import observed_write
 from egf_audit.invariants.capture_common import (
     certainly_writes,
     may_write,
     named,
     regions,
 )
-from egf_audit.invariants.capture_evidence import observed_write
 from egf_audit.invariants.common import (
     json_float,
     mode_traces,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from egf_audit.invariants.capture_effects import observations, where
+from egf_audit.capture.observed import observations, where
 from egf_audit.invariants.registry import (
     Invariant,
     Verdict,
@@ -118,7 +118,7 @@ NOT_DEEP = (
 
 def check_capture(ct: CaptureTrace) -> Verdict:
     """A deep capture: every change the recorder saw after a kernel launch, memset or copy lies
-    inside what that call may write (capture_effects); an undeep capture is UNDECIDED."""
+    inside what that call may write (capture/observed.py); an undeep capture is UNDECIDED."""
     if not ct.process.deep:
         return undecided(NOT_DEEP)
     observed, problems = observations(ct)
