@@ -30,6 +30,8 @@ from types import ModuleType
 
 
 class Beside:
+    """The thread: `start`, then `then` (its work) and `join` from the main thread."""
+
     def __init__(self, modules: tuple[str, ...]):
         self._modules = modules
         self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
