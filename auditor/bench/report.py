@@ -164,11 +164,12 @@ class AuditTarget:
     value: Callable[[Any], float | None]  # of an audit_profile.AuditProfile
 
 
-def _waited(torch: float | None, invariants: float | None) -> float | None:
+def _invariants_waited(profile: Any) -> float | None:
     """The invariants phase as the user waits for it: what was left of torch's import and
     warm-up when the scenarios ended (a run made before they moved beside the scenarios has no
     "torch" phase: its wait was inside the invariants phase) and the checks themselves."""
-    return None if invariants is None else invariants + (torch or 0.0)
+    invariants = profile.phase_s("invariants")
+    return None if invariants is None else invariants + (profile.phase_s("torch") or 0.0)
 
 
 AUDIT_TARGETS: tuple[AuditTarget, ...] = (
@@ -181,7 +182,7 @@ AUDIT_TARGETS: tuple[AuditTarget, ...] = (
     ),
     AuditTarget(
         "audit_prod_invariants", "its invariants phase, the wait for torch included (median)",
-        "cuda", "prod", 1.0, "le", " s", lambda p: _waited(p.phase_s("torch"), p.phase_s("invariants")),  # noqa: E501
+        "cuda", "prod", 1.0, "le", " s", _invariants_waited,
     ),
     AuditTarget(
         "audit_ci_cpu", "`egf-audit run` (ci) on the CPU, whole command (warm, median)",

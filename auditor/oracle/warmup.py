@@ -16,8 +16,8 @@ torch's own allocations, which no scenario buffer overlaps, so the only thing sh
 device's time, and both libraries queue on the default stream, in order. The thread is joined
 before the first invariant runs (`Beside.join`, `Warmup.wait`), so the checks never race with
 it. It starts only on the CUDA backend (the CPU backend gains nothing and must not touch a
-GPU). An error in the thread
-is kept, never raised: the invariants then meet the same error, where it is reported.
+GPU). An error in the thread is kept, never raised: the invariants then meet the same error,
+where it is reported.
 """
 
 from __future__ import annotations
