@@ -178,7 +178,10 @@ def _touches_sn_vector(x: Launch) -> bool:
 
 
 def _adam_step(
-    launches: list[Launch], step: int, params: dict[str, list[int]], failures: list
+    launches: list[Launch],
+    step: int,
+    params: dict[str, list[int]],
+    failures: list[dict[str, object]],
 ) -> int:
     """The adam_update launches of one step held to the parameter table (their failures
     appended to `failures`, each tensor updated exactly once); how many there were."""
