@@ -87,6 +87,18 @@ def short_operands(x: Launch, sh2: int) -> list[Binding]:
     ]
 
 
+def k_sh2_path(x: Launch, sh2: int) -> tuple[list[Binding], str | None]:
+    """EGF011's one rule, for the rebuild's launches and a capture's alike: whether an SGEMM
+    takes the K = SH2 path. (Its operands that span SH2 of the SH2 + 1 columns of a grown
+    tensor, and, where some operand lies in no named buffer, the K = SH2 signature its
+    arguments show); ([], None) where it takes no such path. The rebuild names every operand,
+    so there the signature never applies; a capture without a layout file may name none."""
+    if x.kind != "sgemm":
+        return [], None
+    unnamed = any(b.region is None for b in x.bindings)
+    return short_operands(x, sh2), k_sh2_signature(x, sh2) if unnamed else None
+
+
 def _reached(run: AuditRun, mode: str) -> tuple[list[Reached], int]:
     """(K = SH2 SGEMMs per production/replay trace, traces searched)."""
     audited = mode_traces(run, mode)
@@ -95,11 +107,10 @@ def _reached(run: AuditRun, mode: str) -> tuple[list[Reached], int]:
     sh2 = run.config.dims.SH2
     out: list[Reached] = []
     for sc, trace in audited:
-        hits = [(x, ops) for x in trace.sgemms() if (ops := short_operands(x, sh2))]
+        hits = [(x, path) for x in trace.sgemms() if any(path := k_sh2_path(x, sh2))]
         if hits:
-            first, ops = hits[0]
-            region = ops[0].region
-            assert region is not None  # short_operands keeps operands with a region only
+            first, (ops, signature) = hits[0]
+            region = ops[0].region if ops else None
             out.append(
                 {
                     "kind": "k-sh2-gemm",
@@ -107,8 +118,12 @@ def _reached(run: AuditRun, mode: str) -> tuple[list[Reached], int]:
                     "launches": len(hits),
                     "sites": sorted({x.site for x, _ in hits if x.site}),
                     "first": first.label,
-                    "first_operand": f"{ops[0].role}: {region.buffer} {ops[0].tensor}",
-                    "columns": region.width,
+                    "first_operand": (
+                        f"{ops[0].role}: {region.buffer} {ops[0].tensor}"
+                        if region is not None
+                        else str(signature)
+                    ),
+                    "columns": region.width if region is not None else sh2,
                 }
             )
     return out, len(audited)
@@ -197,16 +212,15 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 def check_capture(ct: CaptureTrace) -> Verdict:
     """On a capture the trainer's own step is production: any GEMM on the K = SH2 path fails.
-    Judged by the same `short_operands` rule where the layout names w_b0fc or the dir concat,
-    and by the arguments' K = SH2 signature where the operands stay unnamed."""
+    Judged by the rebuild's rule, `k_sh2_path`: the operands' spans where the layout names
+    w_b0fc or the dir concat, the arguments' K = SH2 signature where they stay unnamed."""
     sh2 = ct.dim("SH2")
     if sh2 is None:
         return undecided("no sp14_dir_concat_qaux launch and no layout dims: SH2 unknown")
     hits: list[dict[str, object]] = []
     for x in ct.trace.sgemms():
-        short = [b.role for b in short_operands(x, sh2)]
-        unnamed = [b for b in x.bindings if b.region is None]
-        signature = k_sh2_signature(x, sh2) if unnamed else None
+        ops, signature = k_sh2_path(x, sh2)
+        short = [b.role for b in ops]
         if short or signature:
             what = (
                 f"operands {', '.join(short)} span SH2 of SH2 + 1 columns" if short else signature
