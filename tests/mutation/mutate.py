@@ -6,7 +6,8 @@
     python tests/mutation/mutate.py report FILE               # the score and the survivors
 
 The mutants (tests/mutation/operators.py) edit the deciding code of invariants/*.py and of
-auditor/capture/{layout,inference,convert,audit}.py in memory; no file is written but `--out`
+auditor/capture/{layout,inference,convert,observed,evidence}.py and
+auditor/cli/capture_audit.py in memory; no file is written but `--out`
 and the inputs under a temporary folder. pytest is not run per mutant: the inputs the test
 suite judges are built once, their verdicts recorded, and each mutant is judged in a forked
 child:
@@ -394,7 +395,8 @@ def capture_outcome(inputs: Inputs, name: str, keep: dict | None = None):
     from egf_audit.errors import UsageError
 
     audit_module = sys.modules["egf_audit.cli.capture_audit"]
-    audit_module.read_capture = _read_cached(inputs)
+    # capture/folder.py imports the reader where a folder is read: the cached reading goes there
+    sys.modules["egf_audit.capture.events"].read_capture = _read_cached(inputs)
     folder, use_layout = inputs.captures[name]
     try:
         with _applied(inputs.settings.get(name, ())):

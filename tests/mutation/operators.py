@@ -47,8 +47,11 @@ TARGETS: tuple[tuple[str, str], ...] = tuple(
     + [("invariants/__init__.py", "egf_audit.invariants")]
     + [
         (f"auditor/capture/{n}.py", f"egf_audit.capture.{n}")
-        for n in ("layout", "inference", "convert", "audit")
+        for n in ("layout", "inference", "convert", "observed", "evidence")
     ]
+    # run --capture's orchestration (every invariant over every process), and what a capture
+    # observed a launch do, moved out of invariants/ and auditor/capture/ by the house work
+    + [("auditor/cli/capture_audit.py", "egf_audit.cli.capture_audit")]
 )
 # Functions whose result is only text or evidence (a verdict's summary, its evidence dict, a
 # finding's words, the report): no status depends on them, so they are not mutated. Each was
@@ -94,6 +97,7 @@ WORDS_CALLS = {
 EVIDENCE = {"evidence", "counts"}  # the names the checks give a verdict's evidence dict
 CAPTURE_MODULES = {
     "egf_audit.capture.layout",
+    "egf_audit.capture.inference",  # names a capture without a layout file: the whole audit
     "egf_audit.capture.convert",
     "egf_audit.cli.capture_audit",
 }
