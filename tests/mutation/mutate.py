@@ -281,6 +281,13 @@ def build_inputs(scratch: Path, survivor_tests: bool = True) -> Inputs:
         captures[f"cpu:{name}:layout"] = (folder, True)
         bare = _without_layout(folder, scratch / "cpu" / f"{name}-without-layout")
         captures[f"cpu:{name}:inferred"] = (bare, False)
+        # --deep, without values (EGF010's oracle stays out: it has inputs of its own): what
+        # EGF013's capture check and EGF002's observed writes read, as the suite's deep
+        # catalogue (tests/test_capture_faults.py) records them
+        deep = capture_standin(
+            scratch / "cpu-deep" / name, None if name == "clean" else name, values_max=0, deep=True
+        )
+        captures[f"cpu-deep:{name}:layout"] = (deep, True)
     seconds["cpu captures"] = time.perf_counter() - start
 
     # the inputs of tests/test_mutation_survivors.py (the tests written for survivors)
@@ -308,7 +315,7 @@ def build_inputs(scratch: Path, survivor_tests: bool = True) -> Inputs:
         runs[f"survivor:{name}"] = (run, (case.mode,), None)
     seconds["survivor inputs"] = time.perf_counter() - start
     # lies first, then the recorded fixtures: the captures most likely to show a difference
-    order = ("lie:", "fixture:", "cpu:", "extra:", "survivor:")
+    order = ("lie:", "fixture:", "cpu:", "cpu-deep:", "extra:", "survivor:")
     captures = dict(sorted(captures.items(), key=lambda kv: order.index(kv[0].split(":")[0] + ":")))
 
     start = time.perf_counter()
