@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
 SN_PREFIX = "spectral_norm:"
+NO_ADAM_UPDATE = (
+    "no adam_update launch: the trainer does not update per tensor with the ABI's kernel, so no "
+    "launch argument carries a tensor's Adam slices"
+)
 # (buffer, tensor, which extent of w_b0fc it must span): v multiplies W from the right, u from
 # the left, and each power-iteration scratch has its vector's length
 SN_VECTORS = (
@@ -173,32 +177,51 @@ def _touches_sn_vector(x: Launch) -> bool:
     )
 
 
+def _adam_step(
+    launches: list[Launch],
+    step: int,
+    params: dict[str, list[int]],
+    failures: list[dict[str, object]],
+) -> int:
+    """The adam_update launches of one step held to the parameter table (their failures
+    appended to `failures`, each tensor updated exactly once); how many there were."""
+    updated: list[str | None] = []
+    for x in launches:
+        if x.kind == "kernel" and x.name == "adam_update":
+            failure, name = _adam_failure(x, params)
+            failures += [failure] if failure else []
+            updated.append(name)
+    counts = {n: updated.count(n) for n in set(updated) | set(params)}
+    wrong = {n: c for n, c in sorted(counts.items(), key=str) if c != 1}
+    if wrong:
+        failures.append({"kind": "adam-coverage", "step": step, "updates": wrong})
+    return len(updated)
+
+
 def judge(
     trace: Trace,
     step_numbers: list[int],
     adv: int,
     width: int,
     is_spectral_norm: Callable[[Launch], bool],
+    updates_seen: bool = True,
 ) -> Verdict:
     """The layout's tables and the launches of `step_numbers`, for both ways of seeing: the
-    rebuild's production trace and a capture's trace (`width` is SH2 + 1)."""
+    rebuild's production trace and a capture's trace (`width` is SH2 + 1). `updates_seen`:
+    the launches carry each tensor's Adam slices (the ABI's adam_update). Where they do not (a
+    trainer's own optimizer) the tables and the vectors' lengths are judged all the
+    same from the layout, and a verdict with nothing wrong there is UNDECIDED: what the update
+    and the spectral norm's launches cover is then not seen."""
     layout = trace.layout
     params = tensor_table(layout, "params")
     failures = _layout_failures(layout, adv, width)
     adam_launches = sn_launches = 0
-    for step in step_numbers:
+    # Where the optimizer is the trainer's own, its launches are kernels egf-audit does not
+    # know (a pointer each, no extent) and copies that may span u and v together: their
+    # lengths say nothing, so only the tables are judged, and the rest is UNDECIDED.
+    for step in step_numbers if updates_seen else ():
         launches = in_step(trace, step)
-        updated: list[str | None] = []
-        for x in launches:
-            if x.kind == "kernel" and x.name == "adam_update":
-                failure, name = _adam_failure(x, params)
-                failures += [failure] if failure else []
-                updated.append(name)
-        adam_launches += len(updated)
-        counts = {n: updated.count(n) for n in set(updated) | set(params)}
-        wrong = {n: c for n, c in sorted(counts.items(), key=str) if c != 1}
-        if wrong:
-            failures.append({"kind": "adam-coverage", "step": step, "updates": wrong})
+        adam_launches += _adam_step(launches, step, params, failures)
         sn = [x for x in launches if is_spectral_norm(x)]
         sn_launches += len(sn)
         for x in sn:
@@ -216,6 +239,13 @@ def judge(
     if failures:
         return failed(
             f"{len(failures)} state-shape violation(s): {', '.join(kinds(failures))}",
+            **evidence,
+        )
+    if not updates_seen:
+        return undecided(
+            f"{NO_ADAM_UPDATE}; the layout's tables hold: adam_m/adam_v equal params "
+            f"({len(params)} tensors, w_b0fc [{adv}, {width}]), v_b0fc spans {width}, u_b0fc "
+            f"{adv}",
             **evidence,
         )
     return passed(
@@ -247,11 +277,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             f"the layout does not name the optimizer state ({what}): Adam's m/v slices and the "
             "spectral-norm vectors cannot be placed"
         )
-    if not any(r.kind == "kernel" and r.name == "adam_update" for r in ct.records):
-        return undecided(
-            "no adam_update launch: the trainer does not update per tensor with the ABI's "
-            "kernel, so no launch argument carries a tensor's Adam slices"
-        )
+    updates_seen = any(r.kind == "kernel" and r.name == "adam_update" for r in ct.records)
     steps_run = ct.steps()
     if not steps_run:
         return failed("no training step reached its polyak_ema: no update to judge")
@@ -263,7 +289,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         dataclasses.replace(x, bindings=bindings_of(outer, r))
         for x, r in zip(ct.trace.launches, ct.records, strict=True)
     ]
-    return judge(trace, steps_run, adv, sh2 + 1, _touches_sn_vector)
+    return judge(trace, steps_run, adv, sh2 + 1, _touches_sn_vector, updates_seen)
 
 
 INVARIANT = Invariant(
@@ -303,8 +329,10 @@ INVARIANT = Invariant(
         "and only the production trace is read. On a capture it is decided where the trainer "
         "updates per tensor with the ABI's `adam_update` and its layout file names `params`, "
         "`adam_m`, `adam_v` and `sn_state` with their tensors (spectral-norm launches are then "
-        "those bound to u, v or their scratch); otherwise UNDECIDED, with the reason: a fused "
-        "optimizer indexes its state inside itself, where no launch argument shows it."
+        "those bound to u, v or their scratch). A trainer with an optimizer of its own indexes "
+        "its state inside its kernels, where no launch argument shows it: its layout file's "
+        "tables and vector lengths are judged all the same (a short `v_b0fc` fails), and what "
+        "its launches cover is UNDECIDED, with the reason."
     ),
     example=(
         "`adam_m` allocated from the old shape table: `adam_update(poff_w_b0fc, goff_w_b0fc, "

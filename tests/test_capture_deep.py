@@ -335,10 +335,22 @@ def test_egf009_is_undecided_where_no_adam_update_is_launched(deep, tmp_path):
                 e["name"] = "my_fused_adam"
         return events
 
-    audit = audit_capture(_edited(deep, tmp_path, fused))
+    folder = _edited(deep, tmp_path, fused)
+    audit = audit_capture(folder)
     v = _verdict(audit, "EGF009")
     assert v.status == UNDECIDED and v.summary.startswith("no adam_update launch")
+    assert "the layout's tables hold" in v.summary and v.evidence["failures"] == []
     assert _verdict(audit, "EGF013").status == PASS
+
+    # what the layout states is judged all the same: a v_b0fc one element short fails
+    layout = json.loads((folder / "layout.json").read_text())
+    v_b0fc = layout["buffers"]["sn_state"]["tensors"]["v_b0fc"]
+    v_b0fc[-1] -= 1  # [offset, rows, cols]: a row vector SH2 long
+    (folder / "layout.json").write_text(json.dumps(layout))
+    v = _verdict(audit_capture(folder), "EGF009")
+    assert v.status == FAIL, v.summary
+    (short,) = [f for f in v.evidence["failures"] if f["tensor"] == "v_b0fc"]
+    assert (short["kind"], short["length"]) == ("sn-vector-length", short["expected"] - 1)
 
 
 def test_a_zero_byte_allocation_is_not_counted_among_those_compared(deep, tmp_path):
