@@ -12,7 +12,8 @@ probe with a non-finite input or previous gate gives exactly +0.0.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, TypedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, SupportsFloat, TypedDict
 
 from egf_audit.invariants.capture_common import named, scale_views
 from egf_audit.invariants.common import (
@@ -66,6 +67,30 @@ def in_unit_range(value: float) -> bool:
     return math.isfinite(value) and 0.0 <= value <= 1.0
 
 
+@dataclass(frozen=True)
+class GateReading:
+    """One value of ISV[393] a trace holds, and what the contract asks of it there. The rebuild
+    reads it at its checkpoints (step_start, after_losses) and gate probes, a capture where each
+    scale launch read it; the modes differ in these readings, never in `reading_problem`."""
+
+    value: float | None  # None: the trace holds no snapshot of it there
+    in_range: bool  # must be finite and in [0, 1] (what the producer writes, what the scale reads)
+    closed: bool  # must be exactly +0.0 (before any producer, a sentinel step, a non-finite input)
+
+
+def reading_problem(reading: GateReading) -> str | None:
+    """EGF012's one rule, for the rebuild's readings and a capture's alike: "missing",
+    "out-of-range" or "not-closed" (in that order: a probe that should close and reads 2.0 is
+    out of range first), or None where the reading holds."""
+    if reading.value is None:
+        return "missing"
+    if reading.in_range and not in_unit_range(reading.value):
+        return "out-of-range"
+    if reading.closed and not is_plus_zero(reading.value):
+        return "not-closed"
+    return None
+
+
 def _writes_gate(x: Launch) -> bool:
     return writes_element(x, ISV, ALPHA_GRAD_SMOOTHED_INDEX)
 
@@ -83,7 +108,7 @@ def _sentinel_failures(run: AuditRun) -> tuple[list[dict[str, object]], int]:
                 continue  # the audit forcing the gate (replays alpha=0.37, alpha=1)
             if x.name == "upload" and x.label.startswith(PRELOAD_PREFIXES[1]):
                 value = alpha(trace, x.step, STEP_START)
-                if not is_plus_zero(value):
+                if reading_problem(GateReading(value, in_range=False, closed=True)):
                     out.append(
                         {
                             "kind": "restored-gate-nonzero",
@@ -105,13 +130,14 @@ def _step_failures(trace: Trace, mode: str) -> tuple[list[dict[str, object]], li
     for step in steps(trace):
         value = alpha(trace, step, AFTER_LOSSES)
         values.append(json_float(value))
-        if mode == "sentinel" and not is_plus_zero(value):
+        reading = GateReading(value, in_range=mode == "live", closed=mode == "sentinel")
+        problem = reading_problem(reading)
+        if problem == "not-closed":
             out.append({"kind": "sentinel-gate-open", "step": step, "alpha": json_float(value)})
-        if mode == "live":
-            if not in_unit_range(value):
-                out.append({"kind": "gate-out-of-range", "step": step, "alpha": json_float(value)})
-            if not _produced(trace, step):
-                out.append({"kind": "no-producer", "step": step})
+        if problem == "out-of-range":
+            out.append({"kind": "gate-out-of-range", "step": step, "alpha": json_float(value)})
+        if mode == "live" and not _produced(trace, step):
+            out.append({"kind": "no-producer", "step": step})
     return out, values
 
 
@@ -128,7 +154,7 @@ def _probe_failures(run: AuditRun) -> tuple[list[dict[str, object]], dict[str, P
     out: list[dict[str, object]] = []
     probes: dict[str, Probe] = {}
     start = alpha(trace, 0, f"{GATE_PROBE_PREFIX}start")
-    if not is_plus_zero(start):
+    if reading_problem(GateReading(start, in_range=False, closed=True)):
         out.append({"kind": "probe-start-nonzero", "alpha": json_float(start)})
     marks = [
         x
@@ -150,10 +176,9 @@ def _probe_failures(run: AuditRun) -> tuple[list[dict[str, object]], dict[str, P
             "alpha": json_float(value),
             "nonfinite": nonfinite,
         }
-        if not in_unit_range(value):
-            out.append({"kind": "probe-out-of-range", "probe": name, "alpha": json_float(value)})
-        elif nonfinite and not is_plus_zero(value):
-            out.append({"kind": "probe-not-closed", "probe": name, "alpha": json_float(value)})
+        problem = reading_problem(GateReading(value, in_range=True, closed=nonfinite))
+        if problem is not None:  # "probe-out-of-range", "probe-not-closed"
+            out.append({"kind": f"probe-{problem}", "probe": name, "alpha": json_float(value)})
     if not marks or not any(p["nonfinite"] for p in probes.values()):
         out.append({"kind": "probes-missing", "probes": len(marks)})
     return out, probes
@@ -163,7 +188,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
     trace = production(run, mode)
     failures: list[dict[str, object]] = []
     start = alpha(trace, steps(trace)[0], STEP_START)
-    if not is_plus_zero(start):
+    if reading_problem(GateReading(start, in_range=False, closed=True)):
         failures.append({"kind": "gate-not-zero-at-start", "alpha": json_float(start)})
     searched = 0
     if mode == "sentinel":
@@ -197,6 +222,10 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
+def _value(alpha: SupportsFloat | None) -> float | None:
+    return None if alpha is None else float(alpha)
+
+
 def check_capture(ct: CaptureTrace) -> Verdict:
     """The gate every scale launch read (its `alpha` snapshot) is finite and in [0, 1]. A scale
     launch without that snapshot fails, when others have one; UNDECIDED only when no scale was
@@ -205,11 +234,17 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     views = scale_views(ct)
     if not any(v.alpha is not None for v in views):
         return undecided(f"no snapshot of ISV[393] at a {SCALE_KERNEL} launch")
-    problems = [f"{named(v.launch)}: no snapshot of ISV[393]" for v in views if v.alpha is None]
+    # what each scale read: in [0, 1]; whether its step is a sentinel one a capture cannot tell
+    # (the trainer's mode is no launch argument), so none is held to +0.0 here
+    found = [
+        (v, reading_problem(GateReading(_value(v.alpha), in_range=True, closed=False)))
+        for v in views
+    ]
+    problems = [f"{named(v.launch)}: no snapshot of ISV[393]" for v, p in found if p == "missing"]
     problems += [
         f"{named(v.launch)}: read ISV[393] = {float(v.alpha)}, outside [0, 1]"
-        for v in views
-        if v.alpha is not None and not in_unit_range(float(v.alpha))
+        for v, p in found
+        if p == "out-of-range" and v.alpha is not None
     ]
     alphas = [json_float(v.alpha) for v in views if v.alpha is not None]
     if problems:

@@ -1,0 +1,41 @@
+"""The rules an invariant applies to the rebuild's trace and to a capture's alike (issue 30,
+"one rule per invariant"): each rule judged on its own, exactly, here; that both modes reach the
+same verdict through it on every fault of the catalogue is tests/test_capture_faults.py's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
+
+# ---- EGF012: one reading of ISV[393] against what the contract asks of it there ----
+GATE_CASES = [
+    # value, must be in [0, 1], must be +0.0, the rule's answer
+    (0.0, True, True, None),
+    (0.37, True, False, None),
+    (1.0, True, False, None),
+    (-0.0, False, True, "not-closed"),  # bitwise +0.0 only: -0.0 is an open gate
+    (-0.0, True, False, None),  # -0.0 == 0.0 lies in [0, 1]
+    (1e-45, False, True, "not-closed"),  # the smallest subnormal is open
+    (math.nan, False, True, "not-closed"),
+    (math.nan, True, False, "out-of-range"),
+    (math.inf, True, False, "out-of-range"),
+    (-1e-7, True, False, "out-of-range"),
+    (1.0000001, True, False, "out-of-range"),
+    (2.0, True, True, "out-of-range"),  # a probe that should close and reads 2.0: range first
+    (0.5, True, True, "not-closed"),
+    (None, True, False, "missing"),
+    (None, False, True, "missing"),
+]
+
+
+@pytest.mark.parametrize(("value", "in_range", "closed", "problem"), GATE_CASES)
+def test_gate_reading_rule(value, in_range, closed, problem):
+    assert reading_problem(GateReading(value, in_range=in_range, closed=closed)) == problem
+
+
+def test_a_reading_asked_nothing_holds_whatever_its_value():
+    for value in (math.nan, -5.0, 3.0):
+        assert reading_problem(GateReading(value, in_range=False, closed=False)) is None
