@@ -65,16 +65,47 @@ def _read_buffers(x: Launch) -> list[str]:
     return [b.region.buffer for b in x.bindings if b.reads and b.region is not None]
 
 
+def target_write(ct: CaptureTrace | None, x: Launch, proven: bool) -> str | None:
+    """EGF005's rule for who writes the target net, for the rebuild's launches and a capture's
+    alike (the trainer's initial copy is its caller's to leave out): None where `x` is Polyak or
+    writes nothing of target_params; "declared" where it declares a write there (a kernel's
+    table region, a GEMM's C, a memset's or copy's dst); "observed" where the capture `ct` saw
+    it change the target; "unproven" where it is a kernel egf-audit does not know, handed a
+    pointer into the target, and no observation of it nor the step's snapshots (`proven`) show
+    the target unchanged. The rebuild knows every kernel it runs and observes their writes
+    with EGF013, so only "declared" reaches it."""
+    if x.kind == "kernel" and x.name == POLYAK_KERNEL:
+        return None
+    if certainly_writes(x, TARGET):
+        return "declared"
+    if ct is not None and observed_write(ct, x, TARGET):
+        return "observed"
+    if may_write(ct, x, TARGET) and not proven:
+        return "unproven"
+    return None
+
+
 def _stray_target_writes(trace: Trace) -> list[dict[str, Any]]:
     """Launches other than polyak_ema that write target_params (the initial copy excepted)."""
     steps = trace.training_steps()
     first_step = trace.checkpoint_index(steps[0], STEP_START) if steps else None
     found = []
     for position, x in enumerate(trace.launches):
-        if x.kind == "kernel" and x.name == POLYAK_KERNEL:
-            continue
         preload = first_step is not None and position < first_step
         if preload and x.label.startswith(PRELOAD_PREFIXES):
+            continue
+        written = target_write(None, x, proven=False)
+        if written is None:
+            continue
+        if written != "declared":  # a launch without a declared region on the target
+            found.append(
+                {
+                    "problem": "a launch other than polyak_ema may write target_params",
+                    "scenario": trace.scenario,
+                    "step": x.step,
+                    "label": x.label,
+                }
+            )
             continue
         for b in x.bindings:
             if b.writes and b.region is not None and b.region.buffer == TARGET:
@@ -304,13 +335,14 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     for x in ct.trace.launches:
         # before the first GEMM the trainer initialises: the target's first copy of the online
         # net, by a copy, a memset or a kernel of its own (CuPy's `target[...] = params`)
-        if x.name == POLYAK_KERNEL or x.index < first_gemm:
+        if x.index < first_gemm:
             continue
-        if certainly_writes(x, TARGET):
+        written = target_write(ct, x, x.step in proven)
+        if written == "declared":
             problems.append(f"{named(x)} writes target_params")
-        elif observed_write(ct, x, TARGET):
+        elif written == "observed":
             problems.append(f"{named(x)} changed target_params (the capture observed it)")
-        elif may_write(ct, x, TARGET) and x.step not in proven:
+        elif written == "unproven":
             problems.append(
                 f"{named(x)} is a kernel egf-audit does not know, handed a pointer into "
                 "target_params, and neither an observation of the launch nor a snapshot proves "

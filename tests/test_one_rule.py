@@ -8,7 +8,10 @@ import math
 
 import pytest
 
+from egf_audit.invariants.egf005_target_net_untouched import target_write
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
+from egf_audit.runtime.contract import POLYAK_KERNEL, TARGET
+from egf_audit.runtime.trace import Binding, Launch, Region
 
 # ---- EGF012: one reading of ISV[393] against what the contract asks of it there ----
 GATE_CASES = [
@@ -39,3 +42,33 @@ def test_gate_reading_rule(value, in_range, closed, problem):
 def test_a_reading_asked_nothing_holds_whatever_its_value():
     for value in (math.nan, -5.0, 3.0):
         assert reading_problem(GateReading(value, in_range=False, closed=False)) is None
+
+
+# ---- EGF005: who writes the target net ----
+def _launch(kind: str, name: str, *bindings: tuple[str, str, str]) -> Launch:
+    """A launch whose bindings are (role, access, buffer), one element each."""
+    bound = tuple(
+        Binding(role, 4096, access, Region(buffer, 0, 1, 1, 1), None, None, True)
+        for role, access, buffer in bindings
+    )
+    return Launch(7, 1, kind, name, f"{name}@test", {}, bound)
+
+
+WRITER_CASES = [
+    # the launch, whether the step's snapshots prove the target unchanged, the rule's answer
+    (_launch("kernel", POLYAK_KERNEL, ("target", "rw", TARGET)), False, None),
+    (_launch("sgemm", "sgemm", ("A", "r", TARGET), ("C", "w", "grad_buf")), False, None),
+    (_launch("sgemm", "sgemm", ("A", "r", "params"), ("C", "rw", TARGET)), False, "declared"),
+    (_launch("sgemm", "sgemm", ("A", "r", "params"), ("C", "rw", TARGET)), True, "declared"),
+    (_launch("copy", "copy", ("dst", "w", TARGET), ("src", "r", "params")), False, "declared"),
+    (_launch("kernel", "bias_relu", ("p0", "?", TARGET)), False, "unproven"),
+    (_launch("kernel", "bias_relu", ("p0", "?", TARGET)), True, None),
+    (_launch("kernel", "bias_relu", ("p0", "?", "params")), False, None),
+    # a copy of polyak's name is no kernel: its write is declared like any other
+    (_launch("copy", POLYAK_KERNEL, ("dst", "w", TARGET)), False, "declared"),
+]
+
+
+@pytest.mark.parametrize(("launch", "proven", "written"), WRITER_CASES)
+def test_target_writer_rule(launch, proven, written):
+    assert target_write(None, launch, proven) == written
