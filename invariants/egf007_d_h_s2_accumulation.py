@@ -11,6 +11,8 @@ Three facts per call site and step of the mode's production trace:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -76,14 +78,59 @@ def _first_backward_full_launch(trace: Trace, step: int, site: str) -> Launch:
     raise Missing(f"nothing runs after {site_checkpoint(site, BEFORE_BACKWARD_FULL)} (step {step})")
 
 
+@dataclass(frozen=True)
+class Zeroing:
+    """What EGF007's zeroing rule found in one call site's window."""
+
+    zero: Launch | None  # the last memset of 0 over all of d_h_s2 in the window
+    overwrites: list[Launch]  # after it: writes of d_h_s2 that do not accumulate into it
+
+
+def _accumulates_into(x: Launch) -> bool:
+    """A GEMM adding its product to d_h_s2 (beta = 1, C read and written)."""
+    c = x.binding("C", required=False) if x.kind == "sgemm" else None
+    return c is not None and c.access == "rw" and x.args.get("beta") == 1.0
+
+
+def zeroing(ct: CaptureTrace | None, window: Sequence[Launch], n: int) -> Zeroing:
+    """EGF007's one rule for a call site's zero baseline, for the rebuild's launches and a
+    capture's alike. `window` is the site's launches from after the previous site's last
+    accumulate (or the step's start) up to its own first accumulate: there the last memset of 0
+    over all n elements of d_h_s2 is the baseline; every write of d_h_s2 after it must add to it
+    (a GEMM with beta = 1: a copy, a memset, a beta = 0 GEMM or, in a capture, a kernel
+    egf-audit does not know replaces the baseline). A memset placed after a dX GEMM that
+    added to d_h_s2 is not this rule's to see: the window also holds the previous site's
+    trunk-entry GEMMs, which add to d_h_s2 legitimately; the values (the rebuild's trunk-entry
+    sum, a deep capture's oracle) see the dX it discards."""
+    zero_at = next((i for i in range(len(window) - 1, -1, -1) if _memsets_all(window[i], n)), None)
+    if zero_at is None:
+        return Zeroing(None, [])
+    after = [
+        x for x in window[zero_at + 1 :] if may_write(ct, x, "d_h_s2") and not _accumulates_into(x)
+    ]
+    return Zeroing(window[zero_at], after)
+
+
+def _site_window(trace: Trace, step: int, site: str) -> list[Launch]:
+    """The rebuild's window for `zeroing`: the step's launches after the previous site's last
+    accumulate (or from the step's start) up to this site's first accumulate."""
+    launches = [x for x in in_step(trace, step) if x.kind != "checkpoint"]
+    accumulates = [i for i, x in enumerate(launches) if x.name == ACCUMULATE_KERNEL]
+    mine = [i for i in accumulates if launches[i].site == site]
+    end = mine[0] if mine else len(launches)
+    begin = max((i + 1 for i in accumulates if i < end and launches[i].site != site), default=0)
+    return launches[begin:end]
+
+
 def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[str, object]]:
-    """The last write to d_h_s2 before backward_full's first launch is a memset of all of it."""
+    """`zeroing` on the site's window: a memset of all of d_h_s2 before backward_full, kept."""
     first = _first_backward_full_launch(trace, step, site)
-    last_write = next(
-        (x for x in reversed(trace.launches[: first.index]) if x.writes_to("d_h_s2")), None
-    )
+    found = zeroing(None, _site_window(trace, step, site), n)
     out: list[dict[str, object]] = []
-    if last_write is None or not _memsets_all(last_write, n):
+    if found.zero is None:
+        last_write = next(
+            (x for x in reversed(trace.launches[: first.index]) if x.writes_to("d_h_s2")), None
+        )
         out.append(
             {
                 "kind": "d_h_s2-not-zeroed",
@@ -91,6 +138,15 @@ def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[s
                 "site": site,
                 "last_write": last_write.label if last_write else None,
                 "backward_full_first": first.label,
+            }
+        )
+    at = {"step": step, "site": site, "zeroed_by": found.zero.label if found.zero else None}
+    if found.overwrites:
+        out.append(
+            {
+                "kind": "d_h_s2-overwritten",
+                **at,
+                "overwritten_by": [x.label for x in found.overwrites],
             }
         )
     return out
@@ -182,6 +238,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
             f"{text} at {count_by(failures, kind)} of {pairs} site-steps"
             for kind, text in (
                 ("d_h_s2-not-zeroed", "d_h_s2 not zeroed before backward_full"),
+                ("d_h_s2-overwritten", "d_h_s2 overwritten after its zeroing"),
                 ("d_h_s2-baseline-nonzero", "d_h_s2 non-zero at backward_full entry"),
                 ("trunk-entry-mismatch", "trunk-entry d_h_s2 differs from its inflows"),
             )
@@ -229,16 +286,10 @@ def _zeroing_problems(ct: CaptureTrace, window: list[Launch], at: str, n: int) -
     or the step's first GEMM): a memset of 0 over all of d_h_s2 there, and every write after
     the last such memset, up to the first accumulate, accumulates (a GEMM with beta = 1): a
     copy, a memset, a beta = 0 GEMM or an unknown kernel there replaces the zero baseline."""
-    zero = next((x for x in reversed(window) if _memsets_all(x, n)), None)
-    if zero is None:
+    found = zeroing(ct, window, n)
+    if found.zero is None:
         return [f"{at}: d_h_s2 is not zeroed inside the call site (after its previous use)"]
-    problems = []
-    for x in window[window.index(zero) + 1 :]:
-        if not may_write(ct, x, "d_h_s2"):
-            continue
-        c = x.binding("C", required=False) if x.kind == "sgemm" else None
-        if not (c is not None and c.access == "rw" and x.args.get("beta") == 1.0):
-            problems.append(f"{at}: {named(x)} overwrites d_h_s2 after its zeroing")
+    problems = [f"{at}: {named(x)} overwrites d_h_s2 after its zeroing" for x in found.overwrites]
     return problems
 
 

@@ -422,3 +422,27 @@ def test_polyak_tolerance_at_cancellation_and_for_swapped_tau():
     nan = np.array([np.nan], np.float32)
     assert polyak_error_ulps(nan, np.array([t]), nan, TAU)[0] == 0  # NaN in, NaN out: no finding
     assert polyak_error_ulps(np.array([o]), np.array([t]), nan, TAU)[0] == np.inf
+
+
+# ---- EGF007's zeroing rule on the rebuild: a write after the zeroing replaces the baseline ----
+def _dh_s2_gemms_overwrite(trace):
+    """Each GEMM that adds its dX to d_h_s2 (beta = 1) made to overwrite it (beta = 0)."""
+    launches = [
+        dataclasses.replace(x, args={**x.args, "beta": 0.0})
+        if x.kind == "sgemm" and x.writes_to("d_h_s2") and x.args.get("beta") == 1.0
+        else x
+        for x in trace.launches
+    ]
+    return dataclasses.replace(trace, launches=launches)
+
+
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_audit_run, mode):
+    verdict = _verdict(_damaged(ci_audit_run, _dh_s2_gemms_overwrite), "EGF007", mode)
+    assert verdict.status == FAIL, verdict.summary
+    assert "d_h_s2 overwritten after its zeroing at 4 of 4 site-steps" in verdict.summary
+    found = [f for f in verdict.evidence["failures"] if f["kind"] == "d_h_s2-overwritten"]
+    assert [(f["step"], f["site"], f["zeroed_by"]) for f in found] == [
+        (step, site, f"zero_d_h_s2@{site}") for step in (0, 1) for site in ("cql", "main")
+    ]
+    assert all(f["overwritten_by"] for f in found)

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from egf_audit.invariants.egf005_target_net_untouched import target_write
+from egf_audit.invariants.egf007_d_h_s2_accumulation import zeroing
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
 from egf_audit.runtime.contract import POLYAK_KERNEL, TARGET
 from egf_audit.runtime.trace import Binding, Launch, Region
@@ -72,3 +73,42 @@ WRITER_CASES = [
 @pytest.mark.parametrize(("launch", "proven", "written"), WRITER_CASES)
 def test_target_writer_rule(launch, proven, written):
     assert target_write(None, launch, proven) == written
+
+
+# ---- EGF007: the zero baseline of d_h_s2 in one call site's window ----
+N = 6  # elements of d_h_s2
+
+
+def _on_d_h_s2(kind: str, name: str, access: str, width: int = N, **args) -> Launch:
+    role = {"sgemm": "C", "memset": "dst", "copy": "dst"}.get(kind, "p0")
+    region = Region("d_h_s2", 0, 1, width, width)
+    bound = (Binding(role, 4096, access, region, None, None, True),)
+    return Launch(3, 0, kind, name, f"{name}@test", args, bound)
+
+
+ZERO = _on_d_h_s2("memset", "memset", "w", value=0)
+ADD = _on_d_h_s2("sgemm", "sgemm", "rw", beta=1.0)
+REPLACE = _on_d_h_s2("sgemm", "sgemm", "w", beta=0.0)
+COPY = _on_d_h_s2("copy", "copy", "w")
+UNKNOWN = _on_d_h_s2("kernel", "relu_grad", "?")
+
+ZEROING_CASES = [
+    # the window, the baseline the rule finds (its position), the launches that break it
+    ([], None, []),
+    ([ADD], None, []),
+    ([_on_d_h_s2("memset", "memset", "w", width=N - 1, value=0), ADD], None, []),
+    ([_on_d_h_s2("memset", "memset", "w", value=1), ADD], None, []),
+    ([ZERO, ADD, ADD], 0, []),
+    ([COPY, ZERO, ADD], 1, []),  # what came before the zeroing is wiped
+    ([ZERO, ADD, REPLACE], 0, [2]),
+    ([ZERO, COPY, ADD], 0, [1]),
+    ([ZERO, UNKNOWN, ADD], 0, [1]),  # with nothing observed, it may have written anything
+    ([ZERO, COPY, ZERO, ADD], 2, []),  # the last zeroing is the baseline
+]
+
+
+@pytest.mark.parametrize(("window", "zero", "breaks"), ZEROING_CASES)
+def test_zeroing_rule(window, zero, breaks):
+    found = zeroing(None, window, N)
+    assert found.zero is (None if zero is None else window[zero])
+    assert found.overwrites == [window[i] for i in breaks]
