@@ -23,7 +23,8 @@ from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace, Site, SnapshotRegion
+    from egf_audit.capture.model import CaptureTrace, SnapshotRegion
+    from egf_audit.runtime.call_sites import Site
     from egf_audit.runtime.trace import Launch
 
 FNV_OFFSET = 1469598103934665603  # the earlier recorders' seed (fnv1a captures)

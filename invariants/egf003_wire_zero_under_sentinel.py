@@ -57,8 +57,9 @@ from egf_audit.runtime.contract import (
 from egf_audit.runtime.trace import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace, Site
+    from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.call_sites import Site
     from egf_audit.runtime.trace import Trace
 
 

@@ -12,7 +12,6 @@ from egf_audit.invariants.capture_common import (
     certainly_writes,
     may_write,
     named,
-    regions,
 )
 from egf_audit.invariants.common import (
     json_float,
@@ -26,6 +25,7 @@ from egf_audit.invariants.polyak import (
     polyak_argument_problems,
     polyak_error_ulps,
     polyak_snapshot_problems,
+    target_chain_problems,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.oracle.inputs import device, flat_snapshot
@@ -270,17 +270,6 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def _step_start_hashes(ct: CaptureTrace) -> dict[int, str]:
-    """The recorder's hash of target_params at the first launch of each step after the first
-    (it snapshots the last Polyak's target again there), by step."""
-    position = {r.seq: i for i, r in enumerate(ct.records)}
-    out = {}
-    for s in ct.process.snapshots:
-        if s.when == "step_start" and s.region == "target" and s.launch in position:
-            out[ct.trace.launches[position[s.launch]].step] = s.hash
-    return out
-
-
 def check_capture(ct: CaptureTrace) -> Verdict:
     """Write sets first: no launch but polyak_ema declares a write of target_params (the
     launches before the first GEMM initialise it); a kernel egf-audit does not know, handed a
@@ -310,27 +299,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         problems.append(
             f"{len(polyaks) - snapshotted} of {len(polyaks)} Polyak launches have no snapshots"
         )
-    starts = _step_start_hashes(ct)
-    polyak_of_step = {x.step: x for x in polyaks}
-    proven: set[int] = set()
-    for step, x in polyak_of_step.items():
-        before = regions(ct, x, "before").get("target")
-        previous = polyak_of_step.get(step - 1)
-        if step in starts and before is not None:
-            if starts[step] != before.hash:
-                problems.append(
-                    f"step {step}: target_params changed between the step's start and its Polyak"
-                )
-            else:
-                proven.add(step)
-        elif step > 0 and snapshotted:
-            problems.append(f"step {step}: no snapshot of target_params at the step's start")
-        last = regions(ct, previous, "after").get("target") if previous is not None else None
-        if step in starts and last is not None and starts[step] != last.hash:
-            problems.append(
-                f"step {step}: target_params at the step's start is not the previous Polyak's "
-                "result (a step repeated, skipped or rolled back)"
-            )
+    chained, proven = target_chain_problems(ct, polyaks, bool(snapshotted))
+    problems += chained
     first_gemm = next((x.index for x in ct.trace.sgemms()), len(ct.trace.launches))
     for x in ct.trace.launches:
         # before the first GEMM the trainer initialises: the target's first copy of the online

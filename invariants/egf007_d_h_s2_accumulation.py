@@ -15,25 +15,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
+from egf_audit.invariants.capture_accumulate import accumulate_problems, accumulate_value_problems
 from egf_audit.invariants.capture_common import (
-    Dims,
-    all_values,
     dims_of,
     may_write,
     named,
-    pointer_problem,
-    regions,
     site_count_problems,
     site_launches,
     site_name,
-    value_problems,
     where,
 )
 from egf_audit.invariants.common import (
-    bit_mismatch,
     column_hits,
     count_by,
     covers_all,
@@ -112,14 +106,10 @@ def zeroing(ct: CaptureTrace | None, window: Sequence[Launch], n: int) -> Zeroin
 
 
 def _site_window(trace: Trace, step: int, site: str) -> list[Launch]:
-    """The rebuild's window for `zeroing`: the step's launches after the previous site's last
-    accumulate (or from the step's start) up to this site's first accumulate."""
-    launches = [x for x in in_step(trace, step) if x.kind != "checkpoint"]
-    accumulates = [i for i, x in enumerate(launches) if x.name == ACCUMULATE_KERNEL]
-    mine = [i for i in accumulates if launches[i].site == site]
-    end = mine[0] if mine else len(launches)
-    begin = max((i + 1 for i in accumulates if i < end and launches[i].site != site), default=0)
-    return launches[begin:end]
+    """The rebuild's window for `zeroing`, as a capture's: the call site's launches (cut by
+    runtime/call_sites.py) up to its first accumulate; none where the cut found no such site."""
+    found = trace.call_site(step, site)
+    return [] if found is None else trace.launches[found.begin : found.first_accumulate]
 
 
 def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[str, object]]:
@@ -257,30 +247,6 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def _accumulate_problems(ct: CaptureTrace, x: Launch, d: Dims) -> list[str]:
-    """accumulate_d_h_s2_from_concat held to the contract: d_h_s2 from its start, rows = B,
-    sh2 = SH2, d_concat the start of one branch's dX, ld_concat that dX's row width (SH2 + 1
-    for the direction branch's, the width the layout gives for the others)."""
-    problems = value_problems(x, {"rows": d.B, "sh2": d.SH2})
-    if (p := pointer_problem(ct, x, "d_h_s2", "d_h_s2")) is not None:
-        problems.append(p)
-    dx = x.binding("d_concat", required=False)
-    if dx is None or dx.region is None:
-        return problems  # an unnamed branch dX: only its own row stride is unknown
-    width = d.concat_width if dx.region.buffer == DIR_DX else None
-    buffer = ct.layout.buffers.get(dx.region.buffer)
-    if width is None and buffer is not None and buffer.shaped and dx.tensor_shape is not None:
-        width = dx.tensor_shape[2]
-    if dx.region.offset != 0:
-        problems.append(f"d_concat points at {dx.region.buffer}[{dx.region.offset}], not its start")
-    if width is not None and x.args.get("ld_concat") != width:
-        problems.append(
-            f"reads {dx.region.buffer} with row stride {x.args.get('ld_concat')}, its rows are "
-            f"{width} wide"
-        )
-    return problems
-
-
 def _zeroing_problems(ct: CaptureTrace, window: list[Launch], at: str, n: int) -> list[str]:
     """The rebuild's rule on the site's own window (after the previous site's last accumulate,
     or the step's first GEMM): a memset of 0 over all of d_h_s2 there, and every write after
@@ -291,35 +257,6 @@ def _zeroing_problems(ct: CaptureTrace, window: list[Launch], at: str, n: int) -
         return [f"{at}: d_h_s2 is not zeroed inside the call site (after its previous use)"]
     problems = [f"{at}: {named(x)} overwrites d_h_s2 after its zeroing" for x in found.overwrites]
     return problems
-
-
-def _accumulate_value_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bool]:
-    """after == before + d_concat[:, :sh2] bitwise on every element (the kernel's own fp32
-    add), from the snapshots around the launch; (problems, snapshotted)."""
-    before, after = regions(ct, x, "before"), regions(ct, x, "after")
-    if not before and not after:
-        return [], False
-    a, at = x.args, named(x)
-    rows, sh2, ld = a.get("rows", 0), a.get("sh2", 0), a.get("ld_concat", 0)
-    shapes = {"d_h_s2": (a.get("d_h_s2"), rows * sh2), "d_concat": (a.get("d_concat"), rows * ld)}
-    problems = []
-    for when, got, names in (("before", before, shapes), ("after", after, ("d_h_s2",))):
-        for name in names:
-            r = got.get(name)
-            if r is None:
-                problems.append(f"{at}: no {when} snapshot of {name}")
-            elif (r.ptr, r.elements) != shapes[name]:
-                problems.append(f"{at}: its {when} snapshot of {name} is not the launch's region")
-    if problems:
-        return problems, True
-    old = all_values(before["d_h_s2"], f"d_h_s2 before {at}").reshape(rows, sh2)
-    dx = all_values(before["d_concat"], f"d_concat before {at}").reshape(rows, ld)
-    new = all_values(after["d_h_s2"], f"d_h_s2 after {at}").reshape(rows, sh2)
-    with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf is NaN, as on the device
-        expected = old + dx[:, :sh2]
-    if bit_mismatch(new, expected).any():
-        problems.append(f"{at}: d_h_s2 after is not d_h_s2 + d_concat[:, :SH2] bitwise")
-    return problems, True
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:
@@ -346,7 +283,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         mine = [x for x in launches if x.kind == "kernel" and x.name == ACCUMULATE_KERNEL]
         accumulates += mine
         for x in mine:
-            problems += [f"{at}: {named(x)}: {p}" for p in _accumulate_problems(ct, x, d)]
+            problems += [f"{at}: {named(x)}: {p}" for p in accumulate_problems(ct, x, d)]
         sources = [x.args.get("d_concat") for x in mine]
         twice = sorted({where(ct, p) for p in sources if sources.count(p) > 1})
         if twice:
@@ -360,7 +297,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             problems.append(f"{at}: no accumulate reads {DIR_DX}")
     for x in accumulates:
         try:
-            found, seen = _accumulate_value_problems(ct, x)
+            found, seen = accumulate_value_problems(ct, x)
         except Missing as exc:  # judge every other launch still
             found, seen = [f"missing data: {exc}"], True
         problems += found

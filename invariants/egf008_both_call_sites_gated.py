@@ -22,7 +22,6 @@ from egf_audit.invariants.capture_common import (
 from egf_audit.invariants.common import (
     RegionFacts,
     describe,
-    in_step,
     listed,
     production,
     steps,
@@ -215,7 +214,8 @@ def site_failure(
 def _site_failure(
     trace: Trace, step: int, site: str, rows: int, sh2: int
 ) -> tuple[NotGated | None, str]:
-    launches = [x for x in in_step(trace, step) if x.site == site]
+    found = trace.call_site(step, site)  # cut as a capture's sites are, labels unread
+    launches = [] if found is None else trace.launches[found.begin : found.end + 1]
     return site_failure(launches, rows, sh2, {"step": step, "site": site})
 
 

@@ -144,3 +144,47 @@ def polyak_snapshot_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bo
             f"* target (at most {MAX_POLYAK_ULP})"
         )
     return problems, True
+
+
+# ---- the target from step to step, by the recorder's hashes (a capture) ----
+def _step_start_hashes(ct: CaptureTrace) -> dict[int, str]:
+    """The recorder's hash of target_params at the first launch of each step after the first
+    (it snapshots the last Polyak's target again there), by step."""
+    position = {r.seq: i for i, r in enumerate(ct.records)}
+    out = {}
+    for s in ct.process.snapshots:
+        if s.when == "step_start" and s.region == "target" and s.launch in position:
+            out[ct.trace.launches[position[s.launch]].step] = s.hash
+    return out
+
+
+def target_chain_problems(
+    ct: CaptureTrace, polyaks: list[Launch], snapshotted: bool
+) -> tuple[list[str], set[int]]:
+    """(problems, the steps proven): at each step's start the target is its previous Polyak's
+    result, and it is unchanged until this step's Polyak (the recorder's hashes over every
+    element); a step whose start was hashed and equals its Polyak's before-snapshot is proven
+    to leave the target unchanged until then."""
+    starts = _step_start_hashes(ct)
+    polyak_of_step = {x.step: x for x in polyaks}
+    problems: list[str] = []
+    proven: set[int] = set()
+    for step, x in polyak_of_step.items():
+        before = regions(ct, x, "before").get("target")
+        previous = polyak_of_step.get(step - 1)
+        if step in starts and before is not None:
+            if starts[step] != before.hash:
+                problems.append(
+                    f"step {step}: target_params changed between the step's start and its Polyak"
+                )
+            else:
+                proven.add(step)
+        elif step > 0 and snapshotted:
+            problems.append(f"step {step}: no snapshot of target_params at the step's start")
+        last = regions(ct, previous, "after").get("target") if previous is not None else None
+        if step in starts and last is not None and starts[step] != last.hash:
+            problems.append(
+                f"step {step}: target_params at the step's start is not the previous Polyak's "
+                "result (a step repeated, skipped or rolled back)"
+            )
+    return problems, proven

@@ -11,7 +11,8 @@ import pytest
 from egf_audit.invariants.egf005_target_net_untouched import target_write
 from egf_audit.invariants.egf007_d_h_s2_accumulation import zeroing
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
-from egf_audit.runtime.contract import POLYAK_KERNEL, TARGET
+from egf_audit.runtime.call_sites import Cut, Site, call_sites
+from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, TARGET
 from egf_audit.runtime.trace import Binding, Launch, Region
 
 # ---- EGF012: one reading of ISV[393] against what the contract asks of it there ----
@@ -112,3 +113,54 @@ def test_zeroing_rule(window, zero, breaks):
     found = zeroing(None, window, N)
     assert found.zero is (None if zero is None else window[zero])
     assert found.overwrites == [window[i] for i in breaks]
+
+
+# ---- the call sites both modes cut from a trace's launches (runtime/call_sites.py) ----
+def _cut(*launches: str, step: int = 0) -> list[Cut]:
+    """G: a GEMM, A: an accumulate, K: another kernel, M: a memset, C: a checkpoint."""
+    kinds = {"G": ("sgemm", "sgemm"), "A": ("kernel", ACCUMULATE_KERNEL)}
+    kinds |= {"K": ("kernel", "relu"), "M": ("memset", "memset"), "C": ("checkpoint", "mark")}
+    return [Cut(*kinds[x], step) for x in launches]
+
+
+def test_two_runs_of_accumulates_are_the_seed_s_two_call_sites():
+    launches = _cut("M", "K", "G", "G", "A", "M", "A", "C", "A", "K", "M", "G", "A", "A")
+    assert call_sites(launches) == [
+        Site("cql", 0, begin=2, first_accumulate=4, end=8),  # a memset or checkpoint between
+        Site("main", 0, begin=9, first_accumulate=12, end=13),
+    ]
+
+
+def test_another_number_of_runs_is_named_by_position():
+    launches = _cut("G", "A", "K", "A", "K", "A")
+    assert [s.name for s in call_sites(launches)] == ["site0", "site1", "site2"]
+
+
+def test_each_step_is_cut_on_its_own():
+    launches = _cut("G", "A", "G", "A") + _cut("K", "A", "G", "A", step=1)
+    sites = call_sites(launches)
+    assert [(s.step, s.name, s.begin) for s in sites] == [
+        (0, "cql", 0),
+        (0, "main", 2),
+        (1, "cql", 4),  # a step without a GEMM before its first site starts at its first launch
+        (1, "main", 6),
+    ]
+
+
+def test_the_rebuild_s_cut_agrees_with_its_own_labels(ci_audit_run):
+    """The rebuild labels every launch of a call site with the site; the cut reads no label, and
+    finds the same sites: every accumulate of a site bears its name, and its window holds the
+    site's zeroing, its dX GEMMs and its scale."""
+    traces = [t for t in ci_audit_run.traces.values() if t.call_sites()]
+    assert traces
+    for trace in traces:
+        for site in trace.call_sites():
+            assert site.name in ("cql", "main"), (trace.scenario, site)
+            inside = trace.launches[site.begin : site.end + 1]
+            accumulates = trace.launches[site.first_accumulate : site.end + 1]
+            assert {x.site for x in accumulates if x.name == ACCUMULATE_KERNEL} == {site.name}
+            labels = {x.label for x in inside}
+            assert f"zero_d_h_s2@{site.name}" in labels, (trace.scenario, site)
+            scale = f"sp14_scale_wire_col@{site.name}"  # a replay leaves it out on purpose
+            ran = any(x.label == scale for x in trace.launches if x.step == site.step)
+            assert (scale in labels) == ran, (trace.scenario, site)

@@ -1,11 +1,8 @@
 """A captured process as a `Trace`: the same launches, bindings and labels `--trace` writes.
 
-Steps are cut at each `polyak_ema` (the last launch of a trainer step). Call sites are the runs
-of `accumulate_d_h_s2_from_concat` launches, one run per `backward_full` call site, named as the
-seed names them (`cql`, then `main`) when a step has exactly two (a step with another count is
-a finding of EGF007 and EGF008). A site's window starts after the previous site's last
-accumulate, and the first site's at the step's first GEMM, so what the trainer did while it
-allocated (its first memsets) is never counted as a step's work. Every pointer argument is
+Steps are cut at each `polyak_ema` (the last launch of a trainer step). Call sites are cut as
+the rebuild's are (runtime/call_sites.py: the runs of `accumulate_d_h_s2_from_concat`
+launches, one run per `backward_full` call site). Every pointer argument is
 bound to the named buffer it lands in, or to none; a GEMM of any entry point binds each of its
 batches' operands (capture/model.py, gemm_operands); a kernel egf-audit does not know
 gets access "?" on every buffer its pointer arguments land in: it may write any of them.
@@ -15,15 +12,14 @@ from __future__ import annotations
 
 from egf_audit.capture.allocations import Allocation
 from egf_audit.capture.model import (
-    GEMM_KINDS,
     CaptureLayout,
     CaptureTrace,
     ProcessCapture,
     Record,
-    Site,
     bindings_of,
 )
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SITES, at_site
+from egf_audit.runtime.call_sites import Cut, call_sites
+from egf_audit.runtime.contract import POLYAK_KERNEL, at_site
 from egf_audit.runtime.trace import Launch, Trace
 
 KINDS = {"kernel": "kernel", "sgemm": "sgemm", "gemm": "sgemm", "memset": "memset", "copy": "copy"}
@@ -38,44 +34,10 @@ def _steps(records: list[Record]) -> list[int]:
     return steps
 
 
-def _sites(records: list[Record], steps: list[int]) -> list[Site]:
-    groups: list[tuple[int, int]] = []  # (first, last) accumulate positions of each run
-    for i, r in enumerate(records):
-        if r.kind not in ("kernel", *GEMM_KINDS):
-            continue
-        if r.name == ACCUMULATE_KERNEL:
-            if groups and groups[-1][1] == _previous_launch(records, i):
-                groups[-1] = (groups[-1][0], i)
-            else:
-                groups.append((i, i))
-    by_step: dict[int, list[tuple[int, int]]] = {}
-    for first, last in groups:
-        by_step.setdefault(steps[first], []).append((first, last))
-    sites = []
-    for step, runs in by_step.items():
-        first_of_step = steps.index(step)
-        begin = next(
-            (i for i in range(first_of_step, runs[0][0]) if records[i].kind in GEMM_KINDS),
-            first_of_step,
-        )
-        names = SITES if len(runs) == len(SITES) else tuple(f"site{k}" for k in range(len(runs)))
-        for name, (first, last) in zip(names, runs, strict=True):
-            sites.append(Site(name, step, begin, first, last))
-            begin = last + 1
-    return sites
-
-
-def _previous_launch(records: list[Record], i: int) -> int | None:
-    for j in range(i - 1, -1, -1):
-        if records[j].kind in ("kernel", *GEMM_KINDS):
-            return j
-    return None
-
-
 def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> CaptureTrace:
     records = [r for r in proc.records if r.kind in KINDS]
     steps = _steps(records)
-    sites = _sites(records, steps)
+    sites = call_sites([Cut(KINDS[r.kind], r.name, steps[i]) for i, r in enumerate(records)])
     site_of = {}
     for s in sites:
         # label from the site's own backward (its first memset, or the first write of a dX

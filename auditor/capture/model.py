@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 from egf_audit.capture.allocations import Allocation, AllocationIndex
 from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.runtime.call_sites import Site
 from egf_audit.runtime.config_view import HyperView
 from egf_audit.runtime.hyper import Hyper
 from egf_audit.runtime.memory import ELEMENT_BYTES
@@ -267,18 +268,6 @@ class CaptureLayout:
             {"buffer": b.name, "elements": b.size, "named_by": b.source}
             for b in sorted(self.buffers.values(), key=lambda b: b.name)
         ]
-
-
-@dataclass
-class Site:
-    """One backward_full call site of one step: its launches run from `begin` (the first
-    launch after the previous site, or the step's first GEMM) to `end` (its last accumulate)."""
-
-    name: str
-    step: int
-    begin: int  # positions in CaptureTrace.trace.launches
-    first_accumulate: int
-    end: int
 
 
 @dataclass

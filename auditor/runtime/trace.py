@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
+from egf_audit.runtime.call_sites import Site, call_sites
 from egf_audit.runtime.contract import STEP_START
 from egf_audit.runtime.effects import Effects
 
@@ -292,6 +293,16 @@ class Trace:
     @property
     def steps(self) -> list[int]:
         return sorted({x.step for x in self.launches})
+
+    def call_sites(self) -> list[Site]:
+        """Its steps' backward_full call sites, cut from its launches' kinds and names as a
+        capture's are (runtime/call_sites.py), never from their labels."""
+        return call_sites(self.launches)
+
+    def call_site(self, step: int, name: str) -> Site | None:
+        """The call site `name` ("cql", "main") of `step`, or None where the cut found no such
+        site (no run of accumulates there, or a step with another number of sites)."""
+        return next((s for s in self.call_sites() if (s.step, s.name) == (step, name)), None)
 
     def to_jsonl(self) -> Iterator[str]:
         """One JSON object a line: a header, then every launch (snapshots are not exported)."""
