@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from egf_audit.capture.evidence import guard_changes
 from egf_audit.capture.model import GEMM_KINDS
 from egf_audit.capture.observed import calls_changing, observations
-from egf_audit.capture.spans import Spans, Unbounded, declared
+from egf_audit.capture.spans import Spans, Unbounded, box_ranges, declared
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
 from egf_audit.invariants.registry import (
     Invariant,
@@ -27,11 +28,12 @@ from egf_audit.runtime.contract import (
     REPLAYED_STEP,
     SCALE_KERNEL,
 )
+from egf_audit.runtime.trace import Missing, tensor_table
 
 if TYPE_CHECKING:
     from egf_audit.capture.model import CaptureTrace, Record
     from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.runtime.trace import Launch, Trace
 
 
 def writes_dw_w_b0fc(trace: Trace) -> bool:
@@ -116,6 +118,15 @@ def check(run: AuditRun, mode: str) -> Verdict:
         return failed(
             f"the wire column (column {sh2}) of dW w_b0fc is all zero in {reference}", **evidence
         )
+    # the values agree at every gate; the flow, the capture's rule, must hold too (it sees a
+    # GEMM that reads the scale's output even at the gates where it changes nothing)
+    flow: list[str] = []
+    for step in production[0].training_steps():
+        calls, dw_bytes, cols = _rebuild_calls(production[0], step)
+        found, unplaced = dw_flow_problems(calls, dw_bytes, cols, step)
+        flow += found + [f"step {step}: cannot be placed: {u}" for u in unplaced]
+    if flow:
+        return failed_with(flow, **evidence)
     wire_fact = f"wire column {sh2} non-zero" if due else "no wire gradient was due"
     return passed(
         f"dW w_b0fc of step 0 bitwise identical in {', '.join(dw)}; {wire_fact}", **evidence
@@ -133,54 +144,51 @@ def _dw_w_b0fc(ct: CaptureTrace) -> tuple[Spans, int] | None:
     return Spans.of([(start, start + 4 * rows * cols)]), cols
 
 
-def _step_problems(
-    ct: CaptureTrace,
-    records: list[Record],
-    dw: Spans,
-    cols: int,
-    changed: dict[int, Spans],
-    step: int,
+@dataclass(frozen=True)
+class FlowCall:
+    """One call of a step as EGF002's data flow reads it, made from the rebuild's launches and a
+    capture's records alike. Spans are bytes: a capture's addresses, or the rebuild's buffers
+    laid side by side (`_rebuild_calls`)."""
+
+    what: str  # "name #seq", for the findings
+    seq: int
+    gemm: bool
+    scale: bool
+    writes: Spans | None  # declared (and observed) writes; None: unknown (a kernel not known)
+    reads: Spans | None = None  # a GEMM that writes dW w_b0fc: what it declares it reads
+    unplaced: str | None = None  # a GEMM whose writes cannot be spelled out: why
+    unread: str | None = None  # a GEMM writing dW whose reads cannot be spelled out: why
+
+
+def dw_flow_problems(
+    calls: list[FlowCall], dw: Spans, cols: int, step: int
 ) -> tuple[list[str], list[str]]:
-    """(findings, what cannot be judged): a GEMM whose operands cannot be placed may read the
-    scale's output or compute part of dW; its step's coverage is then not judged either."""
+    """EGF002's one rule, for the rebuild's launches and a capture's alike: every element of dW
+    w_b0fc is written by the step's GEMMs, none of which read an element whose last writer was
+    the scale, and no element of it holds the scale's output when the step ends. (findings,
+    what cannot be judged): a GEMM whose operands cannot be placed may read the scale's output
+    or compute part of dW; its step's coverage is then not judged either."""
     taint = Spans()  # bytes whose last writer is the scale
     computed = Spans()  # bytes of dW w_b0fc the step's GEMMs wrote
     problems: list[str] = []
     unplaced: list[str] = []
-    for r in records:
-        if r.within is not None:
-            continue  # cuBLAS's own launch: part of its GEMM call (in `changed` under the GEMM)
-        try:
-            declared_writes: Spans | None = declared(r, "w", ct)
-        except Unbounded as exc:
-            if r.kind in GEMM_KINDS:
-                unplaced.append(f"step {step}: {r.name} #{r.seq} ({exc})")
-                continue
-            declared_writes = None  # an unknown kernel: only a deep capture saw its writes
-        gemm_writes = declared_writes if r.kind in GEMM_KINDS else None
-        if gemm_writes is not None and (part := gemm_writes.intersect(dw)):
+    for c in calls:
+        if c.unplaced is not None:
+            unplaced.append(f"step {step}: {c.what} ({c.unplaced})")
+            continue
+        if c.gemm and c.writes is not None and (part := c.writes.intersect(dw)):
             computed = computed.union(part)
-            try:
-                hit = declared(r, "r", ct).intersect(taint)
-            except Unbounded as exc:  # what it reads cannot be spelled out: judged as unknown
-                unplaced.append(f"step {step}: {r.name} #{r.seq} ({exc})")
-                hit = Spans()
-            if hit:
+            if c.reads is None:  # what it reads cannot be spelled out: judged as unknown
+                unplaced.append(f"step {step}: {c.what} ({c.unread})")
+            elif hit := c.reads.intersect(taint):
                 problems.append(
-                    f"step {step}: the GEMM #{r.seq} that computes dW w_b0fc read "
+                    f"step {step}: the GEMM #{c.seq} that computes dW w_b0fc read "
                     f"{hit.bytes // 4} elements the scale wrote"
                 )
-        # what the call wrote: its declared writes and, in a deep capture, what it changed;
-        # None where neither is known (an unknown kernel of a capture that is not deep)
-        seen = changed.get(r.seq)
-        if declared_writes is None or seen is None:
-            writes = declared_writes if seen is None else seen
-        else:
-            writes = declared_writes.union(seen)
-        if r.kind == "kernel" and r.name == SCALE_KERNEL:
-            taint = taint.union(writes or Spans())
-        elif writes is not None:
-            taint = taint.minus(writes)  # overwritten: no longer the scale's
+        if c.scale:
+            taint = taint.union(c.writes or Spans())
+        elif c.writes is not None:
+            taint = taint.minus(c.writes)  # overwritten: no longer the scale's
     if left := taint.intersect(dw):
         problems.append(
             f"step {step}: dW w_b0fc holds {left.bytes // 4} elements the scale wrote when the "
@@ -193,6 +201,91 @@ def _step_problems(
             f"elements of dW w_b0fc unwritten (first: row {first // cols}, column {first % cols})"
         )
     return problems, unplaced
+
+
+def _captured_calls(
+    ct: CaptureTrace, records: list[Record], dw: Spans, changed: dict[int, Spans]
+) -> list[FlowCall]:
+    """A capture's records of one step as the flow reads them: declared writes, and what each
+    call was seen to change (deep, or a guarded unknown kernel)."""
+    calls = []
+    for r in records:
+        if r.within is not None:
+            continue  # cuBLAS's own launch: part of its GEMM call (in `changed` under the GEMM)
+        what, gemm = f"{r.name} #{r.seq}", r.kind in GEMM_KINDS
+        scale = r.kind == "kernel" and r.name == SCALE_KERNEL
+        try:
+            declared_writes: Spans | None = declared(r, "w", ct)
+        except Unbounded as exc:
+            if gemm:
+                calls.append(FlowCall(what, r.seq, gemm, scale, None, unplaced=str(exc)))
+                continue
+            declared_writes = None  # an unknown kernel: only a deep capture saw its writes
+        reads, unread = None, None
+        if gemm and declared_writes is not None and declared_writes.intersect(dw):
+            try:
+                reads = declared(r, "r", ct)
+            except Unbounded as exc:
+                unread = str(exc)
+        # what the call wrote: its declared writes and, in a deep capture, what it changed;
+        # None where neither is known (an unknown kernel of a capture that is not deep)
+        seen = changed.get(r.seq)
+        if declared_writes is None or seen is None:
+            writes = declared_writes if seen is None else seen
+        else:
+            writes = declared_writes.union(seen)
+        calls.append(FlowCall(what, r.seq, gemm, scale, writes, reads, unread=unread))
+    return calls
+
+
+def _rebuild_calls(trace: Trace, step: int) -> tuple[list[FlowCall], Spans, int]:
+    """The rebuild's launches of one step as the flow reads them, with dW w_b0fc's bytes and
+    its row width: each buffer of the trace's layout laid at its own base, apart from the
+    next, so that the same byte arithmetic serves both modes."""
+    base, at = {}, 0
+    for name, spec in trace.layout.items():
+        base[name] = at
+        at += 4 * spec["size"] + 4096
+    spec = tensor_table(trace.layout, "grad_buf").get("w_b0fc")
+    if spec is None:
+        raise Missing(f"the layout of {trace.scenario} has no tensor w_b0fc in grad_buf")
+    offset, rows, cols = spec
+    start = base["grad_buf"] + 4 * offset
+    dw = Spans.of([(start, start + 4 * rows * cols)])
+
+    launches = [x for x in in_step(trace, step) if x.kind != "checkpoint" and x.executed]
+    # only bytes of the buffers the scale writes and of grad_buf can meet the taint or dW: the
+    # others are left unspelled (a column box of B rows is B ranges, a step has hundreds)
+    relevant = {"grad_buf"} | {
+        b.region.buffer
+        for x in launches
+        if x.kind == "kernel" and x.name == SCALE_KERNEL
+        for b in x.bindings
+        if b.writes and b.region is not None
+    }
+
+    def spans(x: Launch, access: str) -> Spans:
+        return Spans.of(
+            rng
+            for b in x.bindings
+            if access in b.access and b.region is not None and b.region.buffer in relevant
+            for rng in box_ranges(
+                base[b.region.buffer], (b.region.offset, b.region.rows, b.region.width, b.region.ld)
+            )
+        )
+
+    calls = [
+        FlowCall(
+            f"{x.label} #{x.index}",
+            x.index,
+            x.kind == "sgemm",
+            x.kind == "kernel" and x.name == SCALE_KERNEL,
+            spans(x, "w"),
+            spans(x, "r") if x.kind == "sgemm" else None,
+        )
+        for x in launches
+    ]
+    return calls, dw, cols
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:
@@ -223,7 +316,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     unplaced: list[str] = []
     for step in steps:
         records = [r for r, x in zip(ct.records, ct.trace.launches, strict=True) if x.step == step]
-        step_problems, step_unplaced = _step_problems(ct, records, dw, cols, changed, step)
+        calls = _captured_calls(ct, records, dw, changed)
+        step_problems, step_unplaced = dw_flow_problems(calls, dw, cols, step)
         problems += step_problems
         unplaced += step_unplaced
     writes = "declared and observed (--deep)" if ct.process.deep else "declared"
@@ -268,9 +362,10 @@ INVARIANT = Invariant(
         "the after_backward grad_buf snapshot of each replay is compared bit for bit with the "
         "production step's; the alphas each step used (ISV[393] at after_losses) are reported. "
         "The step without the scale is recognised by its launches (no sp14_scale_wire_col in "
-        "it), not by the scenario's name, so a run that lost every launch cannot pass. A "
-        "capture records one run and cannot replay it, so there the same claim is shown by "
-        "data flow: in every step the GEMMs that write grad_buf's w_b0fc cover all of it, none "
+        "it), not by the scenario's name, so a run that lost every launch cannot pass. Both "
+        "modes then follow the same data flow (a capture records one run and cannot replay "
+        "it, so there the flow is the whole evidence): in every step the GEMMs that write "
+        "grad_buf's w_b0fc cover all of it, none "
         "of them reads an element whose last writer was the scale (writes are the declared "
         "regions, and with `--deep` also every change the recorder saw), and none of dW "
         "w_b0fc holds the scale's output when the step ends."

@@ -446,3 +446,28 @@ def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_au
         (step, site, f"zero_d_h_s2@{site}") for step in (0, 1) for site in ("cql", "main")
     ]
     assert all(f["overwritten_by"] for f in found)
+
+
+# ---- EGF002's data flow on the rebuild: what the values cannot show ----
+def _dw_gemms_not_run(trace):
+    """The GEMMs that write dW w_b0fc marked as not run (their values stay in the snapshots,
+    so only the flow of launches can see they are missing)."""
+    launches = [
+        dataclasses.replace(x, executed=False)
+        if x.kind == "sgemm"
+        and (c := x.binding("C", required=False)) is not None
+        and c.tensor == "w_b0fc"
+        and c.region is not None
+        and c.region.buffer == "grad_buf"
+        else x
+        for x in trace.launches
+    ]
+    return dataclasses.replace(trace, launches=launches)
+
+
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf002_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode):
+    verdict = _verdict(_damaged(ci_audit_run, _dw_gemms_not_run), "EGF002", mode)
+    assert verdict.status == FAIL, verdict.summary
+    assert verdict.summary.startswith("step 0: the step's GEMMs leave "), verdict.summary
+    assert "elements of dW w_b0fc unwritten (first: row 0, column 0)" in verdict.summary

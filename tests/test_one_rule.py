@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from egf_audit.capture.spans import Spans
+from egf_audit.invariants.egf002_dw_unaffected_by_scale import FlowCall, dw_flow_problems
 from egf_audit.invariants.egf005_target_net_untouched import target_write
 from egf_audit.invariants.egf007_d_h_s2_accumulation import zeroing
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
@@ -164,3 +166,56 @@ def test_the_rebuild_s_cut_agrees_with_its_own_labels(ci_audit_run):
             scale = f"sp14_scale_wire_col@{site.name}"  # a replay leaves it out on purpose
             ran = any(x.label == scale for x in trace.launches if x.step == site.step)
             assert (scale in labels) == ran, (trace.scenario, site)
+
+
+# ---- EGF002: dW w_b0fc computed whole, from nothing the scale wrote ----
+DW = Spans.of([(1000, 1000 + 4 * 6)])  # a [2, 3] dW
+WIRE = Spans.of([(2000, 2004)])  # what the scale writes
+
+
+def _call(seq, *, gemm=False, scale=False, writes=None, reads=None, **why):
+    return FlowCall(f"call #{seq}", seq, gemm, scale, writes, reads, **why)
+
+
+def test_dw_written_whole_from_clean_inputs_holds():
+    calls = [_call(1, scale=True, writes=WIRE), _call(2, gemm=True, writes=DW, reads=Spans())]
+    assert dw_flow_problems(calls, DW, 3, 0) == ([], [])
+
+
+def test_a_dw_gemm_reading_the_scale_s_output_fails():
+    calls = [_call(1, scale=True, writes=WIRE), _call(2, gemm=True, writes=DW, reads=WIRE)]
+    problems, _ = dw_flow_problems(calls, DW, 3, 0)
+    assert problems == [
+        "step 0: the GEMM #2 that computes dW w_b0fc read 1 elements the scale wrote"
+    ]
+
+
+def test_what_overwrites_the_scale_s_output_clears_it():
+    calls = [
+        _call(1, scale=True, writes=WIRE),
+        _call(2, writes=WIRE),  # a copy over it
+        _call(3, gemm=True, writes=DW, reads=WIRE),
+    ]
+    assert dw_flow_problems(calls, DW, 3, 0) == ([], [])
+
+
+def test_a_dw_left_partly_unwritten_names_its_first_missing_element():
+    half = Spans.of([(1000, 1012)])  # row 0 only
+    problems, _ = dw_flow_problems([_call(1, gemm=True, writes=half, reads=Spans())], DW, 3, 4)
+    assert problems == [
+        "step 4: the step's GEMMs leave 3 of 6 elements of dW w_b0fc unwritten "
+        "(first: row 1, column 0)"
+    ]
+
+
+def test_the_scale_writing_dw_itself_fails_at_the_step_s_end():
+    calls = [_call(1, gemm=True, writes=DW, reads=Spans()), _call(2, scale=True, writes=DW)]
+    problems, _ = dw_flow_problems(calls, DW, 3, 0)
+    assert problems == ["step 0: dW w_b0fc holds 6 elements the scale wrote when the step ends"]
+
+
+def test_a_gemm_that_cannot_be_placed_leaves_the_coverage_unjudged():
+    calls = [_call(1, gemm=True, unplaced="a box of too many rows")]
+    assert dw_flow_problems(calls, DW, 3, 0) == ([], ["step 0: call #1 (a box of too many rows)"])
+    unread = [_call(1, gemm=True, writes=DW, unread="too many batches")]
+    assert dw_flow_problems(unread, DW, 3, 0) == ([], ["step 0: call #1 (too many batches)"])
