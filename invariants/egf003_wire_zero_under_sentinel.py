@@ -24,7 +24,6 @@ from egf_audit.invariants.capture_common import (
 from egf_audit.invariants.common import (
     alpha_at,
     bit_mismatch,
-    bits,
     first_index,
     gated_traces,
     hex_bits,
@@ -42,6 +41,7 @@ from egf_audit.invariants.registry import (
     passed,
     undecided,
 )
+from egf_audit.invariants.wire_gate import expected_wire
 from egf_audit.runtime.contract import (
     ACCUMULATE_KERNEL,
     AFTER_INJECT,
@@ -110,7 +110,7 @@ def _site_findings(
     before = trace.snapshot(step, site_checkpoint(site, AUX_BEFORE_WIRE), "d_aux_logits")
     after = trace.snapshot(step, site_checkpoint(site, AUX_AFTER_WIRE), "d_aux_logits")
     wire = scaled[:, sh2]
-    not_plus_zero = bits(wire) != 0
+    not_plus_zero = bit_mismatch(wire, expected_wire(np.float32(0.0), wire))
     if not_plus_zero.any():
         row = first_index(not_plus_zero)[0]
         found["problems"].append(f"wire column {sh2} of {DIR_DX} is not +0.0 after the scale")
@@ -232,7 +232,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             after = scale.wire_after
             if after.hash != zeros_hash(after.elements, after.hash_kind):
                 problems.append(f"{at}: ISV[393] = 0 but the scale left a wire row not +0.0")
-            elif (bits(scale.wire_after.values) != 0).any():
+            elif bit_mismatch(after.values, expected_wire(np.float32(0.0), after.values)).any():
                 problems.append(f"{at}: ISV[393] = 0 but a kept wire value is not +0.0")
             if scale.body_same is False:
                 problems.append(f"{at}: the scale changed columns other than the wire")
@@ -241,8 +241,9 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         except Missing as exc:
             problems.append(f"missing data: {exc}")
             continue
-        if (bits(wire) != 0).any():
-            rows = int((bits(wire) != 0).sum())
+        wrong = bit_mismatch(wire, expected_wire(np.float32(0.0), wire))
+        if wrong.any():
+            rows = int(wrong.sum())
             problems.append(
                 f"{at}: ISV[393] = 0 but {rows} wire rows are not +0.0 when {named(acc)} reads them"
             )

@@ -3,7 +3,7 @@ and only it, by the gate: fl(alpha * g) bit for bit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Required, overload
+from typing import TYPE_CHECKING, Required
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from egf_audit.invariants.registry import (
     passed,
     undecided,
 )
+from egf_audit.invariants.wire_gate import expected_wire
 from egf_audit.oracle.inputs import StepSnapshots, device
 from egf_audit.runtime.contract import (
     AFTER_BACKWARD_FULL,
@@ -66,20 +67,6 @@ class NotGated(SiteFinding, total=False):
     columns_touched: list[int]
 
 
-@overload
-def gated(alpha: np.float32, g: np.ndarray) -> np.ndarray: ...
-@overload
-def gated(alpha: np.float32, g: torch.Tensor) -> torch.Tensor: ...
-def gated(alpha: np.float32, g: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    """What the scale must leave in the wire: one fp32 multiply, exactly what the kernel
-    computes (the rebuild and the capture compare bits with this). Arrays give an array (a
-    capture's values), tensors a tensor on their device (the rebuild's snapshots)."""
-    if isinstance(g, torch.Tensor):
-        factor = torch.tensor(float(np.float32(alpha)), dtype=torch.float32, device=g.device)
-        return factor * g.to(torch.float32)
-    return np.float32(alpha) * np.asarray(g, dtype=np.float32)
-
-
 def _upstream(snaps: StepSnapshots, site: str) -> torch.Tensor:
     """The dX the scale starts from: after an audit injection if there was one, else as
     backward_full left it."""
@@ -108,7 +95,7 @@ def _site_findings(
     upstream = _upstream(snaps, site)
     scaled = snaps.array(site_checkpoint(site, AFTER_SCALE), DIR_DX)
     g = upstream[:, sh2]
-    expected = gated(alpha, g)
+    expected = expected_wire(alpha, g)
     wrong = scaled[:, sh2].view(torch.int32) != expected.view(torch.int32)
     touched = scaled[:, :sh2].view(torch.int32) != upstream[:, :sh2].view(torch.int32)
     if bool(wrong.any()):
@@ -185,7 +172,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         except Missing as exc:  # judge every other site still
             problems.append(f"missing data: {exc}")
             continue
-        if g.size != got.size or bit_mismatch(got, gated(v.alpha, g)).any():
+        if g.size != got.size or bit_mismatch(got, expected_wire(v.alpha, g)).any():
             problems.append(f"{at}: the wire is not fl(alpha * g) bitwise after the scale")
         elif seen.size != got.size or bit_mismatch(seen, got).any():
             problems.append(f"{at}: the wire changed between the scale and the accumulate")

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+import torch
 
 from egf_audit.capture.spans import Spans
+from egf_audit.invariants.common import bit_mismatch, bits
 from egf_audit.invariants.egf002_dw_unaffected_by_scale import FlowCall, dw_flow_problems
 from egf_audit.invariants.egf005_target_net_untouched import target_write
 from egf_audit.invariants.egf007_d_h_s2_accumulation import zeroing
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
+from egf_audit.invariants.wire_gate import expected_wire
 from egf_audit.runtime.call_sites import Cut, Site, call_sites
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, TARGET
 from egf_audit.runtime.trace import Binding, Launch, Region
@@ -219,3 +223,27 @@ def test_a_gemm_that_cannot_be_placed_leaves_the_coverage_unjudged():
     assert dw_flow_problems(calls, DW, 3, 0) == ([], ["step 0: call #1 (a box of too many rows)"])
     unread = [_call(1, gemm=True, writes=DW, unread="too many batches")]
     assert dw_flow_problems(unread, DW, 3, 0) == ([], ["step 0: call #1 (too many batches)"])
+
+
+# ---- EGF003 and EGF004: what the scale must leave in the wire column ----
+G = np.array([-0.02, np.nan, np.inf, -np.inf, 3.0, -0.0, 1e-45], dtype=np.float32)
+
+
+def test_a_closed_gate_leaves_plus_zero_on_every_row_whatever_the_wire_held():
+    assert (bits(expected_wire(np.float32(0.0), G)) == 0).all()
+    assert (bits(expected_wire(np.float32(-0.0), G)) == 0).all()  # -0.0 == 0.0: the gate is shut
+
+
+@pytest.mark.parametrize("alpha", [0.37, 1.0, 1e-30])
+def test_an_open_gate_leaves_the_fp32_product(alpha):
+    a = np.float32(alpha)
+    with np.errstate(invalid="ignore"):
+        product = np.array([a * g for g in G], dtype=np.float32)
+    assert not bit_mismatch(expected_wire(a, G), product).any()
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.37, 1.0])
+def test_the_rebuild_s_tensors_and_a_capture_s_arrays_get_the_same_bits(alpha):
+    a = np.float32(alpha)
+    from_tensor = expected_wire(a, torch.from_numpy(G.copy())).numpy()
+    assert not bit_mismatch(from_tensor, expected_wire(a, G)).any()
