@@ -242,14 +242,15 @@ def _rebuild_calls(trace: Trace, step: int) -> tuple[list[FlowCall], Spans, int]
     """The rebuild's launches of one step as the flow reads them, with dW w_b0fc's bytes and
     its row width: each buffer of the trace's layout laid at its own base, apart from the
     next, so that the same byte arithmetic serves both modes."""
-    base, at = {}, 0
-    for name, spec in trace.layout.items():
+    base: dict[str, int] = {}
+    at = 0
+    for name, buffer in trace.layout.items():
         base[name] = at
-        at += 4 * spec["size"] + 4096
-    spec = tensor_table(trace.layout, "grad_buf").get("w_b0fc")
-    if spec is None:
+        at += 4 * buffer["size"] + 4096
+    tensor = tensor_table(trace.layout, "grad_buf").get("w_b0fc")
+    if tensor is None:
         raise Missing(f"the layout of {trace.scenario} has no tensor w_b0fc in grad_buf")
-    offset, rows, cols = spec
+    offset, rows, cols = tensor
     start = base["grad_buf"] + 4 * offset
     dw = Spans.of([(start, start + 4 * rows * cols)])
 
