@@ -57,3 +57,30 @@ def test_clean_passes_and_k_mismatches_are_caught_at_every_shape(backend, shape,
         faulty = Auditor(config, backend, FAULTS_BY_NAME[name].wiring, steps=1)
         (verdict,) = (r.verdict for r in evaluate(faulty.run(("sentinel",)), ("EGF001",)))
         assert verdict.status == FAIL, f"{name} not caught by EGF001 at {shape}: {verdict.summary}"
+
+
+# ---- byte sets (capture/spans.py): every operation is the set of bytes it names ----
+_RANGES = st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1])),
+    max_size=8,
+)
+
+
+def _bytes(spans) -> set[int]:
+    return {b for start, end in spans.ranges for b in range(start, end)}
+
+
+@given(_RANGES, _RANGES)
+def test_byte_sets_minus_intersect_and_union_are_set_arithmetic(a, b):
+    from egf_audit.capture.spans import Spans
+
+    x, y = Spans.of(a), Spans.of(b)
+    for got, want in (
+        (x.minus(y), _bytes(x) - _bytes(y)),
+        (x.intersect(y), _bytes(x) & _bytes(y)),
+        (x.union(y), _bytes(x) | _bytes(y)),
+    ):
+        assert _bytes(got) == want
+        # disjoint, ascending ranges, none touching the next: the one form of each set
+        assert got == Spans.of(got.ranges)
+        assert all(s < e for s, e in got.ranges)

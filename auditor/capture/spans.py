@@ -70,10 +70,12 @@ class Spans:
         return Spans.of((*self.ranges, *other.ranges))
 
     def minus(self, other: Spans) -> Spans:
+        mine, cut = self.ranges, other.ranges
+        if not mine or not cut or cut[0][0] >= mine[-1][1] or cut[-1][1] <= mine[0][0]:
+            return self  # nothing of `other` lies within self's extent: a walk would cut nothing
         out: list[tuple[int, int]] = []
-        cut = other.ranges
         j = 0
-        for start, end in self.ranges:
+        for start, end in mine:
             while j < len(cut) and cut[j][1] <= start:
                 j += 1
             k, at = j, start
@@ -87,7 +89,8 @@ class Spans:
         return Spans(tuple(out))
 
     def intersect(self, other: Spans) -> Spans:
-        return self.minus(self.minus(other))
+        rest = self.minus(other)
+        return Spans() if rest is self else self.minus(rest)
 
 
 def box_ranges(
