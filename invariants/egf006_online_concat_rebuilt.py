@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from egf_audit.invariants.capture_common import (
+    Dims,
     concat_contract,
     dims_of,
     may_write,
     named,
     pointer_problem,
-    site_launches,
     site_name,
     value_problems,
 )
@@ -43,6 +43,7 @@ from egf_audit.runtime.trace import Missing
 if TYPE_CHECKING:
     from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.call_sites import Site
     from egf_audit.runtime.trace import Binding, Launch, Region, Trace
 
 SOFTMAX = "aux_nb_softmax_buf"
@@ -136,7 +137,14 @@ def check(run: AuditRun, mode: str) -> Verdict:
         counted="launches fail",
         listed="failing",
     )
-    return failing or passed(
+    if failing is not None:
+        return failing
+    # the values hold; the data flow, the capture's rule, must hold too (the right tensor read
+    # through the right launches, not equal values by chance)
+    flow = _flow_problems(run, mode)
+    if flow:
+        return failed_with(flow, **evidence)
+    return passed(
         f"{len(checked)} d = 0 dW SGEMMs read the online [save_h_s2 | wire] bitwise over all "
         f"{run.config.dims.SH2 + 1} columns",
         **evidence,
@@ -144,18 +152,32 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def concat_problems(ct: CaptureTrace, x: Launch, online: bool) -> list[str]:
+def _start_problem(ct: CaptureTrace | None, x: Launch, param: str, buffer: str) -> str | None:
+    """Why the pointer argument `param` of `x` is not the first element of `buffer`, or None: a
+    capture's pointer through its layout, the rebuild's through the binding its recorder made
+    (the same place: the kernel table's region at that pointer)."""
+    if ct is not None:
+        return pointer_problem(ct, x, param, buffer)
+    b = x.binding(param, required=False)
+    r = None if b is None else b.region
+    if r is not None and (r.buffer, r.offset) == (buffer, 0):
+        return None
+    where = "no named buffer" if r is None else f"{r.buffer}[{r.offset}]"
+    return f"{param} points at {where}, not at the start of {buffer}"
+
+
+def concat_problems(ct: CaptureTrace | None, x: Launch, online: bool, d: Dims) -> list[str]:
     """sp14_dir_concat_qaux held to the contract: it writes the start of the scratch with rows =
     B, sh2 = SH2, auxk = AUXK, up_idx = 2, down_idx = 0; the online rebuild reads save_h_s2 and
     aux_nb_softmax_buf from their starts."""
-    problems = value_problems(x, concat_contract(dims_of(ct)))
+    problems = value_problems(x, concat_contract(d))
     wanted = [("concat", DIR_CONCAT)]
     if online:
         wanted += [("h_s2", "save_h_s2"), ("aux_softmax", SOFTMAX)]
     for param, buffer in wanted:
-        if buffer not in ct.layout.buffers and param == "aux_softmax":
+        if ct is not None and buffer not in ct.layout.buffers and param == "aux_softmax":
             continue  # inference names the softmax from this very argument
-        if (p := pointer_problem(ct, x, param, buffer)) is not None:
+        if (p := _start_problem(ct, x, param, buffer)) is not None:
             problems.append(p)
     return problems
 
@@ -172,6 +194,52 @@ def _dw_of_dir(x: Launch) -> Binding | None:
     return None
 
 
+def site_concat_problems(
+    ct: CaptureTrace | None, launches: list[Launch], site: Site, d: Dims
+) -> list[str]:
+    """EGF006's one rule for a call site, for the rebuild's launches and a capture's alike: its
+    d = 0 dW GEMM (the last one contracting the concat scratch over its rows) reads all
+    B x (SH2 + 1) of it, and the last launch that writes, or may write, the scratch before that
+    GEMM is sp14_dir_concat_qaux on the online save_h_s2 with every argument as the contract
+    says. `launches` are the trace's, by position; `ct` the capture where there is one (what it
+    observed of a kernel egf-audit does not know, its pointers through its layout)."""
+    at = site_name(site)
+    inside = launches[site.begin : site.end + 1]
+    dws = [(x, b) for x in inside if (b := _dw_of_dir(x)) is not None]
+    if not dws:
+        return [f"{at}: no GEMM reads {DIR_CONCAT} as the d = 0 dW's x"]
+    problems = []
+    x, operand = dws[-1]
+    r = operand.region
+    if r is not None and (r.offset, r.rows, r.width) != (0, d.B, d.concat_width):
+        problems.append(
+            f"{at}: {x.label} reads {r.rows} x {r.width} of the concat at element "
+            f"{r.offset}, the online concat is {d.B} x {d.concat_width}"
+        )
+    writer = next((y for y in reversed(launches[: x.index]) if may_write(ct, y, DIR_CONCAT)), None)
+    if writer is None or writer.name != CONCAT_KERNEL:
+        what = named(writer) if writer is not None else "nothing"
+        return [*problems, f"{at}: the last writer of the concat before {x.label} is {what}"]
+    problems += [
+        f"{at}: the rebuild {named(writer)}: {p}" for p in concat_problems(ct, writer, True, d)
+    ]
+    return problems
+
+
+def _flow_problems(run: AuditRun, mode: str) -> list[str]:
+    """The rule above on the rebuild's own traces of the mode, site by site."""
+    dims = run.config.dims
+    d = Dims(dims.B, dims.SH2, dims.AUXK)
+    problems: list[str] = []
+    for _, trace in mode_traces(run, mode):
+        for site in trace.call_sites():
+            problems += [
+                f"{trace.scenario}: {p}"
+                for p in site_concat_problems(None, trace.launches, site, d)
+            ]
+    return problems
+
+
 def check_capture(ct: CaptureTrace) -> Verdict:
     """At every call site the d = 0 dW GEMM (the one contracting the concat scratch over its
     rows) reads all B x (SH2 + 1) of it, and the last launch that writes, or may write, the
@@ -181,34 +249,11 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     if not ct.sites:  # a process audited for its ABI launches whose backward never ran
         return failed(f"no {ACCUMULATE_KERNEL} launch: no call site, no d = 0 dW GEMM to judge")
     d = dims_of(ct)
-    launches = ct.trace.launches
     problems = []
     for site in ct.sites:
-        at = site_name(site)
-        dws = [(x, b) for x in site_launches(ct, site) if (b := _dw_of_dir(x)) is not None]
-        if not dws:
-            problems.append(f"{at}: no GEMM reads {DIR_CONCAT} as the d = 0 dW's x")
-            continue
-        x, operand = dws[-1]
-        r = operand.region
-        if r is not None and (r.offset, r.rows, r.width) != (0, d.B, d.concat_width):
-            problems.append(
-                f"{at}: {x.label} reads {r.rows} x {r.width} of the concat at element "
-                f"{r.offset}, the online concat is {d.B} x {d.concat_width}"
-            )
-        writer = next(
-            (y for y in reversed(launches[: x.index]) if may_write(ct, y, DIR_CONCAT)), None
-        )
-        if writer is None or writer.name != CONCAT_KERNEL:
-            what = named(writer) if writer is not None else "nothing"
-            problems.append(f"{at}: the last writer of the concat before {x.label} is {what}")
-            continue
-        problems += [
-            f"{at}: the rebuild {named(writer)}: {p}"
-            for p in concat_problems(ct, writer, online=True)
-        ]
+        problems += site_concat_problems(ct, ct.trace.launches, site, d)
     for x in ct.trace.kernels(CONCAT_KERNEL):
-        problems += [f"{named(x)}: {p}" for p in concat_problems(ct, x, online=False)]
+        problems += [f"{named(x)}: {p}" for p in concat_problems(ct, x, False, d)]
     if problems:
         return failed_with(sorted(set(problems), key=problems.index), sites=len(ct.sites))
     return passed(
@@ -238,7 +283,11 @@ INVARIANT = Invariant(
         "box of operand A (x in the N, T dW layout) is read out of that snapshot and compared "
         "by bit pattern with the concat recomputed from the after_forward snapshots of "
         "save_h_s2 and aux_nb_softmax_buf (the wire subtracted in fp32). A missing launch or "
-        "snapshot, or an operand narrower than SH2 + 1 columns, fails."
+        "snapshot, or an operand narrower than SH2 + 1 columns, fails. Both modes then follow "
+        "the same data flow at every call site (a capture keeps no values, so there it is the "
+        "whole evidence): the d = 0 dW GEMM reads the whole scratch, and the last launch that "
+        "writes or may write it before that GEMM is sp14_dir_concat_qaux on the online "
+        "save_h_s2, every argument as the contract says."
     ),
     catches=(
         "The call sites skipping sp14_dir_concat_qaux(save_h_s2) before backward_full, and "

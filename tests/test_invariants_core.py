@@ -471,3 +471,30 @@ def test_egf002_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode
     assert verdict.status == FAIL, verdict.summary
     assert verdict.summary.startswith("step 0: the step's GEMMs leave "), verdict.summary
     assert "elements of dW w_b0fc unwritten (first: row 0, column 0)" in verdict.summary
+
+
+# ---- EGF006's data flow on the rebuild: the rebuild launch held to the contract ----
+def _online_concat_reads_the_target(trace):
+    """Each online rebuild of the concat made to name the target's h_s2 (its values stay in the
+    snapshots, so only the flow of launches can see the wrong input)."""
+
+    def moved(b):
+        if b.role != "h_s2" or b.region is None:
+            return b
+        return dataclasses.replace(b, region=dataclasses.replace(b.region, buffer="tgt_h_s2"))
+
+    launches = [
+        dataclasses.replace(x, bindings=tuple(moved(b) for b in x.bindings))
+        if x.label.startswith("rebuild_online_concat@")
+        else x
+        for x in trace.launches
+    ]
+    return dataclasses.replace(trace, launches=launches)
+
+
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf006_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode):
+    verdict = _verdict(_damaged(ci_audit_run, _online_concat_reads_the_target), "EGF006", mode)
+    assert verdict.status == FAIL, verdict.summary
+    assert verdict.summary.startswith(f"{mode}: step 0 @cql: the rebuild rebuild_online_concat@cql")
+    assert "h_s2 points at tgt_h_s2[0], not at the start of save_h_s2" in verdict.summary
