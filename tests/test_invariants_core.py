@@ -498,3 +498,33 @@ def test_egf006_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode
     assert verdict.status == FAIL, verdict.summary
     assert verdict.summary.startswith(f"{mode}: step 0 @cql: the rebuild rebuild_online_concat@cql")
     assert "h_s2 points at tgt_h_s2[0], not at the start of save_h_s2" in verdict.summary
+
+
+# ---- EGF005's writer rule on the rebuild: a launch that may write the target, undeclared ----
+def _unknown_kernel_on_the_target(trace):
+    """The first production launch reading target_params made a kernel egf-audit does not
+    know (access "?"), the way a capture binds one: it may have written what it was handed."""
+    first = next(
+        (
+            x.index
+            for x in trace.launches
+            if x.step == 1
+            and any(b.region is not None and b.region.buffer == "target_params" for b in x.bindings)
+            and x.name != "polyak_ema"
+        ),
+        None,
+    )
+    if first is None:
+        return trace
+    x = trace.launches[first]
+    unknown = tuple(dataclasses.replace(b, access="?") for b in x.bindings)
+    launches = list(trace.launches)
+    launches[first] = dataclasses.replace(x, bindings=unknown)
+    return dataclasses.replace(trace, launches=launches)
+
+
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf005_fails_a_rebuild_launch_that_may_write_the_target_undeclared(ci_audit_run, mode):
+    verdict = _verdict(_damaged(ci_audit_run, _unknown_kernel_on_the_target), "EGF005", mode)
+    assert verdict.status == FAIL, verdict.summary
+    assert "a launch other than polyak_ema may write target_params" in verdict.summary
