@@ -424,16 +424,23 @@ def test_polyak_tolerance_at_cancellation_and_for_swapped_tau():
     assert polyak_error_ulps(np.array([o]), np.array([t]), nan, TAU)[0] == np.inf
 
 
-# ---- EGF007's zeroing rule on the rebuild: a write after the zeroing replaces the baseline ----
-def _dh_s2_gemms_overwrite(trace):
+# ---- the shared rules on the rebuild: launches changed where their values cannot show it ----
+def _each_launch(change: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A damage that passes every launch of a trace through `change` (its snapshots kept)."""
+
+    def damage(trace):
+        return dataclasses.replace(trace, launches=[change(x) for x in trace.launches])
+
+    return damage
+
+
+# EGF007's zeroing rule: a write after the zeroing replaces the baseline
+@_each_launch
+def _dh_s2_gemms_overwrite(x):
     """Each GEMM that adds its dX to d_h_s2 (beta = 1) made to overwrite it (beta = 0)."""
-    launches = [
-        dataclasses.replace(x, args={**x.args, "beta": 0.0})
-        if x.kind == "sgemm" and x.writes_to("d_h_s2") and x.args.get("beta") == 1.0
-        else x
-        for x in trace.launches
-    ]
-    return dataclasses.replace(trace, launches=launches)
+    if x.kind == "sgemm" and x.writes_to("d_h_s2") and x.args.get("beta") == 1.0:
+        return dataclasses.replace(x, args={**x.args, "beta": 0.0})
+    return x
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
@@ -448,21 +455,15 @@ def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_au
     assert all(f["overwritten_by"] for f in found)
 
 
-# ---- EGF002's data flow on the rebuild: what the values cannot show ----
-def _dw_gemms_not_run(trace):
+# EGF002's data flow: what the values cannot show
+@_each_launch
+def _dw_gemms_not_run(x):
     """The GEMMs that write dW w_b0fc marked as not run (their values stay in the snapshots,
     so only the flow of launches can see they are missing)."""
-    launches = [
-        dataclasses.replace(x, executed=False)
-        if x.kind == "sgemm"
-        and (c := x.binding("C", required=False)) is not None
-        and c.tensor == "w_b0fc"
-        and c.region is not None
-        and c.region.buffer == "grad_buf"
-        else x
-        for x in trace.launches
-    ]
-    return dataclasses.replace(trace, launches=launches)
+    c = x.binding("C", required=False) if x.kind == "sgemm" else None
+    if c is not None and c.tensor == "w_b0fc" and c.region and c.region.buffer == "grad_buf":
+        return dataclasses.replace(x, executed=False)
+    return x
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
@@ -473,23 +474,20 @@ def test_egf002_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode
     assert "elements of dW w_b0fc unwritten (first: row 0, column 0)" in verdict.summary
 
 
-# ---- EGF006's data flow on the rebuild: the rebuild launch held to the contract ----
-def _online_concat_reads_the_target(trace):
+# EGF006's data flow: the rebuild launch held to the contract
+@_each_launch
+def _online_concat_reads_the_target(x):
     """Each online rebuild of the concat made to name the target's h_s2 (its values stay in the
     snapshots, so only the flow of launches can see the wrong input)."""
+    if not x.label.startswith("rebuild_online_concat@"):
+        return x
 
     def moved(b):
         if b.role != "h_s2" or b.region is None:
             return b
         return dataclasses.replace(b, region=dataclasses.replace(b.region, buffer="tgt_h_s2"))
 
-    launches = [
-        dataclasses.replace(x, bindings=tuple(moved(b) for b in x.bindings))
-        if x.label.startswith("rebuild_online_concat@")
-        else x
-        for x in trace.launches
-    ]
-    return dataclasses.replace(trace, launches=launches)
+    return dataclasses.replace(x, bindings=tuple(moved(b) for b in x.bindings))
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
@@ -500,7 +498,7 @@ def test_egf006_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode
     assert "h_s2 points at tgt_h_s2[0], not at the start of save_h_s2" in verdict.summary
 
 
-# ---- EGF005's writer rule on the rebuild: a launch that may write the target, undeclared ----
+# EGF005's writer rule: a launch that may write the target, undeclared
 def _unknown_kernel_on_the_target(trace):
     """The first production launch reading target_params made a kernel egf-audit does not
     know (access "?"), the way a capture binds one: it may have written what it was handed."""
