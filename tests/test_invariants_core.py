@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rebuild_damages import (
+    damaged,
+    dh_s2_gemms_overwrite,
+    dw_gemms_not_run,
+    dw_reads_the_scaled_dx,
+    online_concat_reads_the_target,
+    scale_writes_dw,
+    unknown_kernel_on_the_target,
+)
 
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
 from egf_audit.invariants.polyak import polyak_error_ulps
@@ -425,27 +435,10 @@ def test_polyak_tolerance_at_cancellation_and_for_swapped_tau():
 
 
 # ---- the shared rules on the rebuild: launches changed where their values cannot show it ----
-def _each_launch(change: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """A damage that passes every launch of a trace through `change` (its snapshots kept)."""
-
-    def damage(trace):
-        return dataclasses.replace(trace, launches=[change(x) for x in trace.launches])
-
-    return damage
-
-
 # EGF007's zeroing rule: a write after the zeroing replaces the baseline
-@_each_launch
-def _dh_s2_gemms_overwrite(x):
-    """Each GEMM that adds its dX to d_h_s2 (beta = 1) made to overwrite it (beta = 0)."""
-    if x.kind == "sgemm" and x.writes_to("d_h_s2") and x.args.get("beta") == 1.0:
-        return dataclasses.replace(x, args={**x.args, "beta": 0.0})
-    return x
-
-
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_audit_run, mode):
-    verdict = _verdict(_damaged(ci_audit_run, _dh_s2_gemms_overwrite), "EGF007", mode)
+    verdict = _verdict(damaged(ci_audit_run, dh_s2_gemms_overwrite), "EGF007", mode)
     assert verdict.status == FAIL, verdict.summary
     assert "d_h_s2 overwritten after its zeroing at 4 of 4 site-steps" in verdict.summary
     found = [f for f in verdict.evidence["failures"] if f["kind"] == "d_h_s2-overwritten"]
@@ -456,73 +449,47 @@ def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_au
 
 
 # EGF002's data flow: what the values cannot show
-@_each_launch
-def _dw_gemms_not_run(x):
-    """The GEMMs that write dW w_b0fc marked as not run (their values stay in the snapshots,
-    so only the flow of launches can see they are missing)."""
-    c = x.binding("C", required=False) if x.kind == "sgemm" else None
-    if c is not None and c.tensor == "w_b0fc" and c.region and c.region.buffer == "grad_buf":
-        return dataclasses.replace(x, executed=False)
-    return x
-
-
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf002_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode):
-    verdict = _verdict(_damaged(ci_audit_run, _dw_gemms_not_run), "EGF002", mode)
+    verdict = _verdict(damaged(ci_audit_run, dw_gemms_not_run), "EGF002", mode)
     assert verdict.status == FAIL, verdict.summary
     assert verdict.summary.startswith("step 0: the step's GEMMs leave "), verdict.summary
     assert "elements of dW w_b0fc unwritten (first: row 0, column 0)" in verdict.summary
 
 
-# EGF006's data flow: the rebuild launch held to the contract
-@_each_launch
-def _online_concat_reads_the_target(x):
-    """Each online rebuild of the concat made to name the target's h_s2 (its values stay in the
-    snapshots, so only the flow of launches can see the wrong input)."""
-    if not x.label.startswith("rebuild_online_concat@"):
-        return x
-
-    def moved(b):
-        if b.role != "h_s2" or b.region is None:
-            return b
-        return dataclasses.replace(b, region=dataclasses.replace(b.region, buffer="tgt_h_s2"))
-
-    return dataclasses.replace(x, bindings=tuple(moved(b) for b in x.bindings))
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf002_fails_a_rebuild_dw_gemm_reading_what_the_scale_wrote(ci_audit_run, mode):
+    verdict = _verdict(damaged(ci_audit_run, dw_reads_the_scaled_dx), "EGF002", mode)
+    assert verdict.status == FAIL, verdict.summary
+    assert "that computes dW w_b0fc read 64 elements the scale wrote" in verdict.summary
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf002_fails_a_rebuild_whose_dw_holds_the_scale_s_output(ci_audit_run, mode):
+    verdict = _verdict(damaged(ci_audit_run, scale_writes_dw), "EGF002", mode)
+    assert verdict.status == FAIL, verdict.summary
+    # the cql site's scale output is read by the main site's accumulating dW GEMM, and the
+    # main site's own is left in dW when each step ends
+    read = r"the GEMM #\d+ that computes dW w_b0fc read 32 elements the scale wrote"
+    held = "dW w_b0fc holds 32 elements the scale wrote when the step ends"
+    wanted = [f"step {step}: {f}" for step in (0, 1) for f in (read, re.escape(held))]
+    problems = verdict.evidence["problems"]
+    assert len(problems) == len(wanted), problems
+    assert all(re.fullmatch(w, p) for w, p in zip(wanted, problems, strict=True)), problems
+
+
+# EGF006's data flow: the rebuild launch held to the contract
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf006_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode):
-    verdict = _verdict(_damaged(ci_audit_run, _online_concat_reads_the_target), "EGF006", mode)
+    verdict = _verdict(damaged(ci_audit_run, online_concat_reads_the_target), "EGF006", mode)
     assert verdict.status == FAIL, verdict.summary
     assert verdict.summary.startswith(f"{mode}: step 0 @cql: the rebuild rebuild_online_concat@cql")
     assert "h_s2 points at tgt_h_s2[0], not at the start of save_h_s2" in verdict.summary
 
 
 # EGF005's writer rule: a launch that may write the target, undeclared
-def _unknown_kernel_on_the_target(trace):
-    """The first production launch reading target_params made a kernel egf-audit does not
-    know (access "?"), the way a capture binds one: it may have written what it was handed."""
-    first = next(
-        (
-            x.index
-            for x in trace.launches
-            if x.step == 1
-            and any(b.region is not None and b.region.buffer == "target_params" for b in x.bindings)
-            and x.name != "polyak_ema"
-        ),
-        None,
-    )
-    if first is None:
-        return trace
-    x = trace.launches[first]
-    unknown = tuple(dataclasses.replace(b, access="?") for b in x.bindings)
-    launches = list(trace.launches)
-    launches[first] = dataclasses.replace(x, bindings=unknown)
-    return dataclasses.replace(trace, launches=launches)
-
-
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf005_fails_a_rebuild_launch_that_may_write_the_target_undeclared(ci_audit_run, mode):
-    verdict = _verdict(_damaged(ci_audit_run, _unknown_kernel_on_the_target), "EGF005", mode)
+    verdict = _verdict(damaged(ci_audit_run, unknown_kernel_on_the_target), "EGF005", mode)
     assert verdict.status == FAIL, verdict.summary
     assert "a launch other than polyak_ema may write target_params" in verdict.summary

@@ -215,6 +215,13 @@ def _rebuild_runs() -> tuple[dict[str, tuple[Any, tuple[str, ...], frozenset[str
         scenarios={k: s for k, s in clean.scenarios.items() if s.mode != "live"},
     )
     runs["sentinel-only"] = (sentinel_only, ("live",), core)
+    # tests/rebuild_damages.py: each shared rule's rebuild branch, on launches whose values
+    # cannot show the damage
+    from rebuild_damages import DAMAGES
+    from rebuild_damages import damaged as damaged_by
+
+    for name, (damage, code) in DAMAGES.items():
+        runs[f"damaged:{name}"] = (damaged_by(clean, damage), MODES, frozenset({code}))
     return runs, (clean, config, kernels, backend)
 
 
