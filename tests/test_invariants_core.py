@@ -26,6 +26,7 @@ from rebuild_damages import (
     dh_s2_gemms_overwrite,
     dw_gemms_not_run,
     dw_reads_the_scaled_dx,
+    memset_onto_the_target,
     online_concat_reads_the_target,
     scale_writes_dw,
     unknown_kernel_on_the_target,
@@ -493,3 +494,12 @@ def test_egf005_fails_a_rebuild_launch_that_may_write_the_target_undeclared(ci_a
     verdict = _verdict(damaged(ci_audit_run, unknown_kernel_on_the_target), "EGF005", mode)
     assert verdict.status == FAIL, verdict.summary
     assert "a launch other than polyak_ema may write target_params" in verdict.summary
+
+
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf005_names_a_rebuild_memset_that_writes_the_target(ci_audit_run, mode):
+    verdict = _verdict(damaged(ci_audit_run, memset_onto_the_target), "EGF005", mode)
+    assert verdict.status == FAIL, verdict.summary
+    first = verdict.evidence["first"]
+    assert first["problem"] == "a launch other than polyak_ema writes target_params"
+    assert (first["label"], first["operand"], first["step"]) == ("zero_d_h_s2@main", "dst", 0)

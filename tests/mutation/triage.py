@@ -426,6 +426,50 @@ TRIAGE: tuple[Entry, ...] = (
         "`due` also true where every trunk dW element is exactly 0: the wire rule fails more",
     ),
     Entry(E2, "check", "0 -> -1", "fail-closed", "as above"),
+    Entry(
+        E2,
+        "dw_flow_problems",
+        "or operand Spans()",
+        "equivalent",
+        "a scale's writes are its declared wire column, never empty: `c.writes or not Spans()` "
+        "is `c.writes`",
+    ),
+    Entry(
+        E2,
+        "dw_flow_problems",
+        "taint.intersect(dw)",
+        "killed-outside",
+        "every input that leaves the scale's output in dW also has a dW GEMM read it (the "
+        "first finding); tests/test_invariants_core.py "
+        "test_egf002_fails_a_rebuild_whose_dw_holds_the_scale_s_output and "
+        "tests/test_one_rule.py test_the_scale_writing_dw_itself_fails_at_the_step_s_end "
+        "assert the finding and fail on it",
+    ),
+    Entry(E2, "dw_flow_problems", "dW w_b0fc holds", "killed-outside", "as above"),
+    Entry(
+        E2,
+        "_captured_calls",
+        "r.within is not None",
+        "equivalent",
+        "a kernel cuBLAS launched inside a GEMM call declares nothing (Unbounded, not a GEMM) "
+        "and its observed changes are keyed by its GEMM's seq: as a call of its own it writes "
+        "nothing the flow reads",
+    ),
+    Entry(
+        E2,
+        "_rebuild_calls",
+        "4096",
+        "equivalent",
+        "the gap between the rebuild's buffers: without it adjacent buffers' ranges may merge, "
+        "the bytes each set holds stay the same",
+    ),
+    Entry(
+        E2,
+        "_rebuild_calls",
+        "tensor is None",
+        "unreachable",
+        "the rebuild's layout always names w_b0fc in grad_buf (the pipeline's parameter table)",
+    ),
     # ---- EGF003 ----
     Entry(
         E3,
@@ -547,6 +591,21 @@ TRIAGE: tuple[Entry, ...] = (
     # ---- EGF006 ----
     Entry(
         E6,
+        "_start_problem",
+        "r is None",
+        "fail-closed",
+        "the words of the finding only, or an AttributeError (exit 3) where the binding "
+        "resolved to no buffer: never a pass",
+    ),
+    Entry(
+        E6,
+        "site_concat_problems",
+        "site.end + 1",
+        "equivalent",
+        "a site's last launch is its last accumulate, which reads no concat as a dW's x",
+    ),
+    Entry(
+        E6,
         "concat_problems",
         "param == 'aux_softmax'",
         "fail-closed",
@@ -568,6 +627,15 @@ TRIAGE: tuple[Entry, ...] = (
         "if writer is None or writer.name != CONCAT_KERNEL",
         "redundant",
         "as above",
+    ),
+    # ---- EGF003 and EGF004's wire ----
+    Entry(
+        "invariants/wire_gate.py",
+        "expected_wire",
+        "isinstance(g, torch.Tensor)",
+        "unreachable",
+        "at gate 0 only EGF003's arrays reach it (EGF004, which reads tensors, judges open "
+        "gates); the mutated branch would make the same zeros",
     ),
     # ---- EGF007 ----
     Entry(
