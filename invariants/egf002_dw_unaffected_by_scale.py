@@ -121,8 +121,9 @@ def check(run: AuditRun, mode: str) -> Verdict:
     # the values agree at every gate; the flow, the capture's rule, must hold too (it sees a
     # GEMM that reads the scale's output even at the gates where it changes nothing)
     flow: list[str] = []
+    base, dw_bytes, cols = _rebuild_bytes(production[0])
     for step in production[0].training_steps():
-        calls, dw_bytes, cols = _rebuild_calls(production[0], step)
+        calls = _rebuild_calls(production[0], step, base)
         found, unplaced = dw_flow_problems(calls, dw_bytes, cols, step)
         flow += found + [f"step {step}: cannot be placed: {u}" for u in unplaced]
     if flow:
@@ -148,7 +149,7 @@ def _dw_w_b0fc(ct: CaptureTrace) -> tuple[Spans, int] | None:
 class FlowCall:
     """One call of a step as EGF002's data flow reads it, made from the rebuild's launches and a
     capture's records alike. Spans are bytes: a capture's addresses, or the rebuild's buffers
-    laid side by side (`_rebuild_calls`)."""
+    laid side by side (`_rebuild_bytes`)."""
 
     what: str  # "name #seq", for the findings
     seq: int
@@ -238,10 +239,10 @@ def _captured_calls(
     return calls
 
 
-def _rebuild_calls(trace: Trace, step: int) -> tuple[list[FlowCall], Spans, int]:
-    """The rebuild's launches of one step as the flow reads them, with dW w_b0fc's bytes and
-    its row width: each buffer of the trace's layout laid at its own base, apart from the
-    next, so that the same byte arithmetic serves both modes."""
+def _rebuild_bytes(trace: Trace) -> tuple[dict[str, int], Spans, int]:
+    """The rebuild's buffers as bytes, for the flow: each buffer of the trace's layout laid at
+    its own base, apart from the next, so that the same byte arithmetic serves both modes; with
+    dW w_b0fc's bytes and its row width."""
     base: dict[str, int] = {}
     at = 0
     for name, buffer in trace.layout.items():
@@ -252,8 +253,11 @@ def _rebuild_calls(trace: Trace, step: int) -> tuple[list[FlowCall], Spans, int]
         raise Missing(f"the layout of {trace.scenario} has no tensor w_b0fc in grad_buf")
     offset, rows, cols = tensor
     start = base["grad_buf"] + 4 * offset
-    dw = Spans.of([(start, start + 4 * rows * cols)])
+    return base, Spans.of([(start, start + 4 * rows * cols)]), cols
 
+
+def _rebuild_calls(trace: Trace, step: int, base: dict[str, int]) -> list[FlowCall]:
+    """One step's launches as the flow reads them, in the bytes of `_rebuild_bytes`."""
     launches = [x for x in in_step(trace, step) if x.kind != "checkpoint" and x.executed]
     # only bytes of the buffers the scale writes and of grad_buf can meet the taint or dW: the
     # others are left unspelled (a column box of B rows is B ranges, a step has hundreds)
@@ -286,7 +290,7 @@ def _rebuild_calls(trace: Trace, step: int) -> tuple[list[FlowCall], Spans, int]
         )
         for x in launches
     ]
-    return calls, dw, cols
+    return calls
 
 
 def check_capture(ct: CaptureTrace) -> Verdict:

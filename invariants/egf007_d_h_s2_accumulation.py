@@ -59,6 +59,7 @@ from egf_audit.runtime.trace import Missing
 if TYPE_CHECKING:
     from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.call_sites import Site
     from egf_audit.runtime.trace import Launch, Trace
 
 
@@ -105,17 +106,18 @@ def zeroing(ct: CaptureTrace | None, window: Sequence[Launch], n: int) -> Zeroin
     return Zeroing(window[zero_at], after)
 
 
-def _site_window(trace: Trace, step: int, site: str) -> list[Launch]:
+def _site_window(trace: Trace, found: Site | None) -> list[Launch]:
     """The rebuild's window for `zeroing`, as a capture's: the call site's launches (cut by
     runtime/call_sites.py) up to its first accumulate; none where the cut found no such site."""
-    found = trace.call_site(step, site)
     return [] if found is None else trace.launches[found.begin : found.first_accumulate]
 
 
-def _zeroing_failures(trace: Trace, step: int, site: str, n: int) -> list[dict[str, object]]:
+def _zeroing_failures(
+    trace: Trace, step: int, site: str, found_site: Site | None, n: int
+) -> list[dict[str, object]]:
     """`zeroing` on the site's window: a memset of all of d_h_s2 before backward_full, kept."""
     first = _first_backward_full_launch(trace, step, site)
-    found = zeroing(None, _site_window(trace, step, site), n)
+    found = zeroing(None, _site_window(trace, found_site), n)
     out: list[dict[str, object]] = []
     if found.zero is None:
         last_write = next(
@@ -196,10 +198,12 @@ def check(run: AuditRun, mode: str) -> Verdict:
     checked: list[tuple[int, list[dict[str, object]], list[list[dict[str, object]]]]] = []
     measures: list[torch.Tensor] = []
     accumulates = 0
+    sites = trace.call_sites_by_step()  # cut once, as a capture's sites are, labels unread
     for step in steps(trace):
         zeroing = []
         for site in SITES:
-            zeroing.append(_zeroing_failures(trace, step, site, dims.B * dims.SH2))
+            found = sites.get((step, site))
+            zeroing.append(_zeroing_failures(trace, step, site, found, dims.B * dims.SH2))
             nonzero = _baseline_nonzero(trace, step, site)
             measures.append(torch.cat([nonzero.reshape(1), recompute(run, trace, step, site)]))
         checked.append((step, _wire_column_reads(trace, step, dims.SH2), zeroing))

@@ -39,6 +39,7 @@ from egf_audit.runtime.contract import (
 if TYPE_CHECKING:
     from egf_audit.capture.model import CaptureTrace
     from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.runtime.call_sites import Site
     from egf_audit.runtime.trace import Launch, Trace
 
 
@@ -212,9 +213,8 @@ def site_failure(
 
 
 def _site_failure(
-    trace: Trace, step: int, site: str, rows: int, sh2: int
+    trace: Trace, found: Site | None, step: int, site: str, rows: int, sh2: int
 ) -> tuple[NotGated | None, str]:
-    found = trace.call_site(step, site)  # cut as a capture's sites are, labels unread
     launches = [] if found is None else trace.launches[found.begin : found.end + 1]
     return site_failure(launches, rows, sh2, {"step": step, "site": site})
 
@@ -224,9 +224,11 @@ def check(run: AuditRun, mode: str) -> Verdict:
     dims = run.config.dims
     failures: list[NotGated] = []
     gated: list[Gated] = []
+    sites = trace.call_sites_by_step()  # cut once, as a capture's sites are, labels unread
     for step in steps(trace):
         for site in SITES:
-            failure, label = _site_failure(trace, step, site, dims.B, dims.SH2)
+            found = sites.get((step, site))
+            failure, label = _site_failure(trace, found, step, site, dims.B, dims.SH2)
             if failure:
                 failures.append(failure)
             else:

@@ -436,11 +436,17 @@ def test_polyak_tolerance_at_cancellation_and_for_swapped_tau():
 
 
 # ---- the shared rules on the rebuild: launches changed where their values cannot show it ----
+def _fails_damaged(run: AuditRun, damage: Callable[[Any], Any], code: str, mode: str) -> Verdict:
+    """`code`'s verdict on `run` damaged by `damage` (tests/rebuild_damages.py), held to FAIL."""
+    verdict = _verdict(damaged(run, damage), code, mode)
+    assert verdict.status == FAIL, verdict.summary
+    return verdict
+
+
 # EGF007's zeroing rule: a write after the zeroing replaces the baseline
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, dh_s2_gemms_overwrite), "EGF007", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, dh_s2_gemms_overwrite, "EGF007", mode)
     assert "d_h_s2 overwritten after its zeroing at 4 of 4 site-steps" in verdict.summary
     found = [f for f in verdict.evidence["failures"] if f["kind"] == "d_h_s2-overwritten"]
     assert [(f["step"], f["site"], f["zeroed_by"]) for f in found] == [
@@ -452,23 +458,20 @@ def test_egf007_fails_a_rebuild_whose_dx_gemm_overwrites_the_zeroed_d_h_s2(ci_au
 # EGF002's data flow: what the values cannot show
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf002_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, dw_gemms_not_run), "EGF002", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, dw_gemms_not_run, "EGF002", mode)
     assert verdict.summary.startswith("step 0: the step's GEMMs leave "), verdict.summary
     assert "elements of dW w_b0fc unwritten (first: row 0, column 0)" in verdict.summary
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf002_fails_a_rebuild_dw_gemm_reading_what_the_scale_wrote(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, dw_reads_the_scaled_dx), "EGF002", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, dw_reads_the_scaled_dx, "EGF002", mode)
     assert "that computes dW w_b0fc read 64 elements the scale wrote" in verdict.summary
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf002_fails_a_rebuild_whose_dw_holds_the_scale_s_output(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, scale_writes_dw), "EGF002", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, scale_writes_dw, "EGF002", mode)
     # the cql site's scale output is read by the main site's accumulating dW GEMM, and the
     # main site's own is left in dW when each step ends
     read = r"the GEMM #\d+ that computes dW w_b0fc read 32 elements the scale wrote"
@@ -482,8 +485,7 @@ def test_egf002_fails_a_rebuild_whose_dw_holds_the_scale_s_output(ci_audit_run, 
 # EGF006's data flow: the rebuild launch held to the contract
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf006_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, online_concat_reads_the_target), "EGF006", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, online_concat_reads_the_target, "EGF006", mode)
     assert verdict.summary.startswith(f"{mode}: step 0 @cql: the rebuild rebuild_online_concat@cql")
     assert "h_s2 points at tgt_h_s2[0], not at the start of save_h_s2" in verdict.summary
 
@@ -491,15 +493,13 @@ def test_egf006_follows_the_rebuild_s_launches_as_a_capture_s(ci_audit_run, mode
 # EGF005's writer rule: a launch that may write the target, undeclared
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf005_fails_a_rebuild_launch_that_may_write_the_target_undeclared(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, unknown_kernel_on_the_target), "EGF005", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, unknown_kernel_on_the_target, "EGF005", mode)
     assert "a launch other than polyak_ema may write target_params" in verdict.summary
 
 
 @pytest.mark.parametrize("mode", ["sentinel", "live"])
 def test_egf005_names_a_rebuild_memset_that_writes_the_target(ci_audit_run, mode):
-    verdict = _verdict(damaged(ci_audit_run, memset_onto_the_target), "EGF005", mode)
-    assert verdict.status == FAIL, verdict.summary
+    verdict = _fails_damaged(ci_audit_run, memset_onto_the_target, "EGF005", mode)
     first = verdict.evidence["first"]
     assert first["problem"] == "a launch other than polyak_ema writes target_params"
     assert (first["label"], first["operand"], first["step"]) == ("zero_d_h_s2@main", "dst", 0)

@@ -73,9 +73,12 @@ def call_sites(launches: Sequence[Launched]) -> list[Site]:
     by_step: dict[int, list[tuple[int, int]]] = {}
     for first, last in groups:
         by_step.setdefault(launches[first].step, []).append((first, last))
+    step_start: dict[int, int] = {}  # the first position of each step
+    for i, x in enumerate(launches):
+        step_start.setdefault(x.step, i)
     sites = []
     for step, runs in by_step.items():
-        first_of_step = next(i for i, x in enumerate(launches) if x.step == step)
+        first_of_step = step_start[step]
         begin = next(
             (i for i in range(first_of_step, runs[0][0]) if launches[i].kind == "sgemm"),
             first_of_step,

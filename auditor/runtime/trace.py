@@ -299,10 +299,10 @@ class Trace:
         capture's are (runtime/call_sites.py), never from their labels."""
         return call_sites(self.launches)
 
-    def call_site(self, step: int, name: str) -> Site | None:
-        """The call site `name` ("cql", "main") of `step`, or None where the cut found no such
-        site (no run of accumulates there, or a step with another number of sites)."""
-        return next((s for s in self.call_sites() if (s.step, s.name) == (step, name)), None)
+    def call_sites_by_step(self) -> dict[tuple[int, str], Site]:
+        """Its call sites by (step, name): a check cuts them once and looks each site up (a
+        site the cut did not find, or a step with another number of sites, is absent)."""
+        return {(s.step, s.name): s for s in self.call_sites()}
 
     def to_jsonl(self) -> Iterator[str]:
         """One JSON object a line: a header, then every launch (snapshots are not exported)."""

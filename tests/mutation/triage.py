@@ -457,7 +457,7 @@ TRIAGE: tuple[Entry, ...] = (
     ),
     Entry(
         E2,
-        "_rebuild_calls",
+        "_rebuild_bytes",
         "4096",
         "equivalent",
         "the gap between the rebuild's buffers: without it adjacent buffers' ranges may merge, "
@@ -465,7 +465,7 @@ TRIAGE: tuple[Entry, ...] = (
     ),
     Entry(
         E2,
-        "_rebuild_calls",
+        "_rebuild_bytes",
         "tensor is None",
         "unreachable",
         "the rebuild's layout always names w_b0fc in grad_buf (the pipeline's parameter table)",
