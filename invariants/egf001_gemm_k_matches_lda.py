@@ -17,6 +17,7 @@ from egf_audit.invariants.gemm_spans import (
     slice_problem,
     span_problem,
 )
+from egf_audit.invariants.launch_shape import launch_shape_problem
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, gemm_operand_boxes
 from egf_audit.runtime.memory import ELEMENT_BYTES
@@ -111,6 +112,11 @@ def check(run: AuditRun, mode: str) -> Verdict:
                         break  # one finding per launch: its first offending operand
                 continue
             other_count += 1
+            shape = launch_shape_problem(x)
+            if shape is not None:
+                record = _launch_facts(trace, x) | {"operand": "launch shape"}
+                bad_launches.append(record | {"kind": x.kind, "problem": shape})
+                continue
             for b in x.bindings:
                 problem = _bounds_problem(b, trace)
                 if problem is not None:
@@ -222,7 +228,15 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
     for x in ct.trace.launches:
         if x.kind == "sgemm":
             continue
-        at = ct.records[x.index].seq
+        record = ct.records[x.index]
+        at = record.seq
+        # a kernel of egf-audit's table, launched by the trainer: its grid and block too
+        if record.decoded and record.within is None and (shape := launch_shape_problem(x)):
+            bad.append(
+                {"launch": x.index, "step": x.step, "label": x.label, "operand": "launch shape"}
+                | {"problem": shape}
+            )
+            continue
         if x.kind in ("memset", "copy"):  # either end, named or not, inside its allocation
             extent = int(x.args.get("bytes", 0))
             for end in ("dst", "src"):
@@ -336,7 +350,9 @@ INVARIANT = Invariant(
         "For every SGEMM of the production and replay steps, each operand (A, B, C) resolves to "
         "a named tensor and covers exactly its logical extent: it starts at the tensor's first "
         "element, spans all its rows and columns, and walks it with the tensor's row stride. "
-        "Every kernel, memset and copy launch stays inside the buffers it declares. On a "
+        "Every kernel, memset and copy launch stays inside the buffers it declares, and every "
+        "launch of a kernel of egf-audit's table runs the threads its contract asks for: a 1-D "
+        "grid and block whose threads cover its rows or elements. On a "
         "capture, each GEMM of the contract also reads and writes the tensors the contract "
         "names (online or target weights, save_h_s2 or its scratch, the dir concat or a "
         "branch's), after the GEMM that writes its input in the step, and an operand on a "
@@ -352,7 +368,9 @@ INVARIANT = Invariant(
         "The recorder turns each call's raw (transa, transb, m, n, k, lda, ldb, ldc) into one "
         "row-major box per operand and resolves the pointer to (buffer, tensor). The check "
         "compares box offset, rows, width and row stride with the tensor's (offset, rows, cols), "
-        "and every launch's declared regions with its buffer sizes. The legacy wrapper is judged "
+        "and every launch's declared regions with its buffer sizes; a kernel launch's grid "
+        "times block with the threads the kernel table says it needs "
+        "(invariants/launch_shape.py). The legacy wrapper is judged "
         "by EGF011, not here: only production and replay traces are read. A kernel's regions "
         "come from the kernel table; that the kernel really writes nowhere else, and reads "
         "nothing just past its buffers, is observed on every launch and decided by EGF013."
@@ -360,7 +378,9 @@ INVARIANT = Invariant(
     catches=(
         "The historical K mismatches (forward, dW and dX SGEMMs of the direction branch keeping "
         "K = SH2), a call site taking the legacy K = SH2 wrapper path, and any state vector "
-        "still sized for SH2 while its GEMV reads w_b0fc."
+        "still sized for SH2 while its GEMV reads w_b0fc; a kernel launched with too few "
+        "blocks for its rows (`rows / 256` blocks), which leaves the last rows unwritten with "
+        "every pointer and size right."
     ),
     limits=(
         "It judges the regions a launch declares (an SGEMM's boxes from its arguments, a "

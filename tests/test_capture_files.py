@@ -348,6 +348,24 @@ def test_a_snapshot_of_more_values_than_elements_is_refused(cap):
     refused(cap.folder, at(EVENTS, number) + r'"count" \d+ is more than its "elements"')
 
 
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({"rows": 0}, r'"rows" 0 times "ld" \d+ is not its "elements" \d+'),
+        ({"ld": 2}, r'"rows" \d+ times "ld" 2 is not its "elements" \d+'),
+        ({"skip_col": 49}, r'"skip_col" 49 is no column of rows of 49 elements'),
+    ],
+)
+def test_a_snapshot_whose_walk_is_not_its_elements_is_refused(cap, edit, expected):
+    """rows x ld is the walk the recorder hashed: a region of rows 0 (or another stride, or a
+    skipped column past its rows) claims other elements than it hashed."""
+    number = cap.first(lambda e: e["ev"] == "snapshot" and e["region"] == "body")
+    event = cap.event(number)
+    assert event["rows"] * event["ld"] == event["elements"] and event["ld"] > 5
+    cap.edit(number, lambda e: e | edit)
+    refused(cap.folder, at(EVENTS, number) + expected)
+
+
 # ---- order and references ----
 def test_seqs_that_do_not_increase_are_refused(cap):
     number = 200

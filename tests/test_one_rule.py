@@ -16,6 +16,7 @@ from egf_audit.invariants.egf002_dw_unaffected_by_scale import FlowCall, dw_flow
 from egf_audit.invariants.egf005_target_net_untouched import target_write
 from egf_audit.invariants.egf007_d_h_s2_accumulation import zeroing
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
+from egf_audit.invariants.launch_shape import launch_shape_problem
 from egf_audit.invariants.wire_gate import expected_wire
 from egf_audit.runtime.call_sites import Cut, Site, call_sites
 from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, TARGET
@@ -247,3 +248,56 @@ def test_the_rebuild_s_tensors_and_a_capture_s_arrays_get_the_same_bits(alpha):
     a = np.float32(alpha)
     from_tensor = expected_wire(a, torch.from_numpy(G.copy())).numpy()
     assert not bit_mismatch(from_tensor, expected_wire(a, G)).any()
+
+
+# ---- EGF001: a kernel launch's grid and block against the threads its contract needs ----
+def _kernel(name: str, grid: object, block: object, **args: int) -> Launch:
+    return Launch(0, 0, "kernel", name, name, {**args, "grid": grid, "block": block})
+
+
+SCALE_ARGS = {"rows": 64, "ld": 49, "wire_col": 48, "isv_index": 393}
+SHAPE_CASES = [
+    # the rebuild records x alone; a capture all three dimensions
+    (_kernel("sp14_scale_wire_col", 1, 256, **SCALE_ARGS), None),
+    (_kernel("sp14_scale_wire_col", [1, 1, 1], [64, 1, 1], **SCALE_ARGS), None),  # exactly
+    (_kernel("sp14_scale_wire_col", [1, 1, 1], [63, 1, 1], **SCALE_ARGS), "runs 63 threads"),
+    (_kernel("sp14_scale_wire_col", [2, 1, 1], [32, 1, 1], **SCALE_ARGS), None),
+    (_kernel("sp14_scale_wire_col", 0, 256, **SCALE_ARGS), "runs 0 threads"),
+    (_kernel("sp14_scale_wire_col", [1, 2, 1], [256, 1, 1], **SCALE_ARGS), "1-D"),
+    (_kernel("sp14_scale_wire_col", [1, 1, 1], [256, 1, 2], **SCALE_ARGS), "1-D"),
+    (_kernel("sp14_scale_wire_col", None, 256, **SCALE_ARGS), "not recorded"),
+    (_kernel("sp14_scale_wire_col", [1, 1], [256, 1, 1], **SCALE_ARGS), "not recorded"),
+    (_kernel("sp14_scale_wire_col", [True, 1, 1], [256, 1, 1], **SCALE_ARGS), "not recorded"),
+    (_kernel("sp14_scale_wire_col", [1, 1, 1], [256, 1, 1]), "do not say how many threads"),
+    # one thread an element: rows * sh2 for the accumulate, n for Polyak
+    (_kernel(ACCUMULATE_KERNEL, [12, 1, 1], [256, 1, 1], rows=64, sh2=48, ld_concat=49), None),
+    (
+        _kernel(ACCUMULATE_KERNEL, [11, 1, 1], [256, 1, 1], rows=64, sh2=48, ld_concat=49),
+        "where its contract needs 3072",
+    ),
+    (_kernel(POLYAK_KERNEL, [55, 1, 1], [256, 1, 1], n=13874), None),
+    (_kernel(POLYAK_KERNEL, [54, 1, 1], [256, 1, 1], n=13874), "the last 50 are never written"),
+    # a kernel egf-audit does not know has no contract to hold its launch to
+    (_kernel("dqn_bias_forward", [1, 1, 1], [1, 1, 1], rows=64), None),
+]
+
+
+@pytest.mark.parametrize(("launch", "problem"), SHAPE_CASES)
+def test_launch_shape_rule(launch, problem):
+    found = launch_shape_problem(launch)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found, found
+
+
+def test_only_kernel_launches_have_a_shape_to_judge():
+    memset = Launch(0, 0, "memset", POLYAK_KERNEL, "memset", {"grid": 0, "block": 0})
+    assert launch_shape_problem(memset) is None
+
+
+def test_every_launch_of_the_rebuild_has_the_shape_its_contract_asks(ci_audit_run):
+    """The rebuild launches every kernel through `blocks_for`: the rule holds it, on every
+    launch of every scenario (a rule that failed the rebuild would fail every clean audit)."""
+    kernels = [x for t in ci_audit_run.traces.values() for x in t.launches if x.kind == "kernel"]
+    assert kernels and all(launch_shape_problem(x) is None for x in kernels)

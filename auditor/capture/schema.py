@@ -350,6 +350,13 @@ def _snapshot(event: dict[str, Any]) -> str | None:
     pointer the process maps, a wire column no longer than a kernel's rows can be."""
     if event["count"] > event["elements"]:
         return f'"count" {event["count"]} is more than its "elements" {event["elements"]}'
+    if event["rows"] * event["ld"] != event["elements"]:
+        # the recorder walks a region as rows of ld elements (a whole region: one row); a walk
+        # that is not its elements hashed other elements than the event says
+        rows, ld, elements = event["rows"], event["ld"], event["elements"]
+        return f'"rows" {rows} times "ld" {ld} is not its "elements" {elements}'
+    if event["skip_col"] >= max(event["ld"], 1):
+        return f'"skip_col" {event["skip_col"]} is no column of rows of {event["ld"]} elements'
     if event["offset"] % 4:
         return f'"offset" {event["offset"]} is not a multiple of 4 (float32 values)'
     if not event["ptr"]:

@@ -962,6 +962,36 @@ def scale_rows_short(capture: Capture) -> Capture:
     return _every_scale(capture, rows=capture.dim("B") - 1)
 
 
+def scale_short_grid(capture: Capture) -> Capture:
+    """Every scale launched with one block of 32 threads for B = 64 rows (a `rows / 2` grid
+    arithmetic): its arguments are right, and rows 32 to 63 run ungated (the replay leaves them
+    as the dX GEMM wrote them)."""
+    rows = capture.dim("B")
+    for k in kernels(capture.main, SCALE):
+        k["grid"], k["block"] = [1, 1, 1], [32, 1, 1]
+        k["_bug"] = {"untouched_rows": list(range(32, rows))}
+    return capture
+
+
+def concat_short_grid(capture: Capture) -> Capture:
+    """Every rebuild of the dir concat launched with one block of 32 threads for B = 64 rows:
+    its arguments are right, and the last 32 rows of the scratch keep whatever was there (the
+    target's rebuild, at the first call site). Nothing snapshots the concat: only the launch's
+    shape shows it."""
+    for k in kernels(capture.main, "sp14_dir_concat_qaux"):
+        k["grid"], k["block"] = [1, 1, 1], [32, 1, 1]
+    return capture
+
+
+def accumulate_block_2d(capture: Capture) -> Capture:
+    """Every accumulate launched with blocks of 256 x 2 threads: the kernel indexes with x
+    alone, so each element would be added twice. The replay keeps what the capture shows (one
+    add); the launch's shape is what contradicts the contract."""
+    for k in kernels(capture.main, ACCUMULATE):
+        k["block"] = [256, 2, 1]
+    return capture
+
+
 def _isv_route(capture: Capture, buffer: str, element: int = 0) -> dict[str, int]:
     """isv pointing at `element` of `buffer`, isv_index reaching ISV[393] from there."""
     isv = capture.base(buffer) + 4 * element
@@ -1572,6 +1602,7 @@ LIES: dict[str, Lie] = {
     # the scale's arguments, and the scale itself (the fault catalogue's scale faults)
     "scale-ld-sh2-col-sh2m1": (scale_ld_sh2, _SCALE_VISIBLE, False),
     "scale-rows-b-minus-1": (scale_rows_short, _SCALE_VISIBLE, False),
+    "scale-short-grid": (scale_short_grid, frozenset({"EGF001", "EGF003", "EGF004"}), False),
     "scale-isv-in-params": (scale_isv_in_params, frozenset({"EGF008"}), False),
     "scale-isv-in-dx": (scale_isv_in_dx, frozenset({"EGF008"}), False),
     "scale-isv-plus-4-index-392": (scale_isv_plus_one, frozenset({"EGF008"}), False),
@@ -1603,6 +1634,7 @@ LIES: dict[str, Lie] = {
     "accumulate-ld-concat-sh2": (accumulate_ld_sh2, frozenset({"EGF007"}), False),
     "accumulate-rows-b-minus-1": (accumulate_rows_short, frozenset({"EGF007"}), False),
     "accumulate-b1-ld-sh2-plus-1": (accumulate_b1_ld, frozenset({"EGF007"}), True),
+    "accumulate-block-2d": (accumulate_block_2d, frozenset({"EGF001"}), False),
     # Polyak, and the target net's other writers
     "polyak-online-grad-buf": (polyak_online_grad_buf, frozenset({"EGF005"}), True),
     "polyak-target-is-params": (polyak_target_is_params, frozenset({"EGF005"}), False),
@@ -1613,6 +1645,7 @@ LIES: dict[str, Lie] = {
     "rebuild-target-h-s2": (rebuild_target_h_s2, frozenset({"EGF006"}), False),
     "rebuild-target-softmax": (rebuild_target_softmax, frozenset({"EGF006"}), False),
     "rebuild-missing": (rebuild_missing, frozenset({"EGF006"}), False),
+    "rebuild-short-grid": (concat_short_grid, frozenset({"EGF001"}), False),
     # zeroing d_h_s2
     "zero-d-h-s2-missing": (zero_missing, frozenset({"EGF007"}), False),
     "zero-d-h-s2-missing-every-site": (zero_missing_every_site, frozenset({"EGF007"}), False),
