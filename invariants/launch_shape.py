@@ -12,7 +12,7 @@ are held to this one rule.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from egf_audit.kernels import KERNELS_BY_NAME
 
@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 Dim3 = tuple[int, int, int]
 
 
+def _whole(value: object) -> TypeGuard[int]:
+    """An int that is no bool (JSON's true would pass as 1 otherwise)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _dim3(value: object) -> Dim3 | None:
     """A launch dimension as (x, y, z): the rebuild records x alone, a capture all three."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if _whole(value):
         return (value, 1, 1)
-    is_int = [isinstance(v, int) and not isinstance(v, bool) for v in value or ()]
-    if isinstance(value, (list, tuple)) and len(value) == 3 and all(is_int):
+    if isinstance(value, (list, tuple)) and len(value) == 3 and all(map(_whole, value)):
         return (value[0], value[1], value[2])
     return None
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rebuild_damages import (
+    concat_rebuild_short_grid,
     damaged,
     dh_s2_gemms_overwrite,
     dw_gemms_not_run,
@@ -441,6 +442,19 @@ def _fails_damaged(run: AuditRun, damage: Callable[[Any], Any], code: str, mode:
     verdict = _verdict(damaged(run, damage), code, mode)
     assert verdict.status == FAIL, verdict.summary
     return verdict
+
+
+# EGF001's launch-shape rule: the threads a kernel ran, against its contract
+@pytest.mark.parametrize("mode", ["sentinel", "live"])
+def test_egf001_fails_a_rebuild_kernel_launched_with_too_few_threads(ci_audit_run, mode):
+    verdict = _fails_damaged(ci_audit_run, concat_rebuild_short_grid, "EGF001", mode)
+    first = verdict.evidence["first"]
+    assert first["operand"] == "launch shape", first
+    assert first["label"] == "forward_dir_concat_qaux@online", first
+    assert first["problem"] == (
+        "runs 32 threads (grid 1 × block 32) where its contract needs 64, one a row or "
+        "element: the last 32 are never written"
+    )
 
 
 # EGF007's zeroing rule: a write after the zeroing replaces the baseline

@@ -268,6 +268,8 @@ SHAPE_CASES = [
     (_kernel("sp14_scale_wire_col", None, 256, **SCALE_ARGS), "not recorded"),
     (_kernel("sp14_scale_wire_col", [1, 1], [256, 1, 1], **SCALE_ARGS), "not recorded"),
     (_kernel("sp14_scale_wire_col", [True, 1, 1], [256, 1, 1], **SCALE_ARGS), "not recorded"),
+    (_kernel("sp14_scale_wire_col", 1.5, 256, **SCALE_ARGS), "not recorded"),
+    (_kernel("sp14_scale_wire_col", True, 256, **SCALE_ARGS), "not recorded"),
     (_kernel("sp14_scale_wire_col", [1, 1, 1], [256, 1, 1]), "do not say how many threads"),
     # one thread an element: rows * sh2 for the accumulate, n for Polyak
     (_kernel(ACCUMULATE_KERNEL, [12, 1, 1], [256, 1, 1], rows=64, sh2=48, ld_concat=49), None),

@@ -57,9 +57,21 @@ LA = "auditor/capture/layout.py"
 IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
 AU = "auditor/cli/capture_audit.py"
+LS = "invariants/launch_shape.py"
 CM = "auditor/capture/model.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
 
 TRIAGE: tuple[Entry, ...] = (
+    # ---- launch_shape ----
+    Entry(
+        LS,
+        "launch_shape_problem",
+        "grid is None or block is None",
+        "unreachable",
+        "a launch without a grid or a block: the reader refuses a kernel event without both "
+        "(capture/schema.py's dim3), and the rebuild's recorder records both on every kernel; "
+        "tests/test_one_rule.py's launch-shape cases hold the branch (a trace made by other "
+        "means would crash on the missing grid without it, never pass)",
+    ),
     # ---- capture_common ----
     Entry(
         CC,

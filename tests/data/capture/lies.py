@@ -983,6 +983,15 @@ def concat_short_grid(capture: Capture) -> Capture:
     return capture
 
 
+def polyak_grid_2d(capture: Capture) -> Capture:
+    """Every Polyak launched over a grid of 55 x 2 blocks: the kernel indexes with x alone, so
+    each element of the target would be blended twice. The replay keeps what the capture shows
+    (one blend); the launch's shape is what contradicts the contract."""
+    for k in kernels(capture.main, POLYAK):
+        k["grid"] = [k["grid"][0], 2, 1]
+    return capture
+
+
 def accumulate_block_2d(capture: Capture) -> Capture:
     """Every accumulate launched with blocks of 256 x 2 threads: the kernel indexes with x
     alone, so each element would be added twice. The replay keeps what the capture shows (one
@@ -1640,6 +1649,7 @@ LIES: dict[str, Lie] = {
     "polyak-target-is-params": (polyak_target_is_params, frozenset({"EGF005"}), False),
     "polyak-n-short": (polyak_n_short, frozenset({"EGF005"}), True),
     "polyak-tau-swapped": (polyak_tau_swapped, frozenset({"EGF005"}), False),
+    "polyak-grid-2d": (polyak_grid_2d, frozenset({"EGF001"}), False),
     "target-grad-leak": (target_grad_leak, frozenset({"EGF005"}), False),
     # the concat rebuild
     "rebuild-target-h-s2": (rebuild_target_h_s2, frozenset({"EGF006"}), False),
