@@ -65,7 +65,7 @@ TRIAGE: tuple[Entry, ...] = (
     Entry(
         LS,
         "launch_shape_problem",
-        "grid is None or block is None",
+        "is None -> False",
         "unreachable",
         "a launch without a grid or a block: the reader refuses a kernel event without both "
         "(capture/schema.py's dim3), and the rebuild's recorder records both on every kernel; "
