@@ -112,10 +112,9 @@ def check(run: AuditRun, mode: str) -> Verdict:
                         break  # one finding per launch: its first offending operand
                 continue
             other_count += 1
-            shape = launch_shape_problem(x)
-            if shape is not None:
-                record = _launch_facts(trace, x) | {"operand": "launch shape"}
-                bad_launches.append(record | {"kind": x.kind, "problem": shape})
+            if (shape := launch_shape_problem(x)) is not None:
+                facts = {"operand": "launch shape", "kind": x.kind, "problem": shape}
+                bad_launches.append(_launch_facts(trace, x) | facts)
                 continue
             for b in x.bindings:
                 problem = _bounds_problem(b, trace)
@@ -222,30 +221,28 @@ def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
     return reach is not None and (reach == pointer + size or whole)
 
 
+def _finding(x: Launch, operand: str, problem: str) -> dict[str, Any]:
+    return dict(launch=x.index, step=x.step, label=x.label, operand=operand, problem=problem)
+
+
 def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
-    """Every memset, copy and kernel region outside its buffer or its allocation."""
+    """Every memset, copy and kernel region outside its buffer or its allocation, and every
+    trainer's launch of a kernel of egf-audit's table short of the threads it needs."""
     bad = []
     for x in ct.trace.launches:
         if x.kind == "sgemm":
             continue
         record = ct.records[x.index]
         at = record.seq
-        # a kernel of egf-audit's table, launched by the trainer: its grid and block too
         if record.decoded and record.within is None and (shape := launch_shape_problem(x)):
-            bad.append(
-                {"launch": x.index, "step": x.step, "label": x.label, "operand": "launch shape"}
-                | {"problem": shape}
-            )
+            bad.append(_finding(x, "launch shape", shape))
             continue
         if x.kind in ("memset", "copy"):  # either end, named or not, inside its allocation
             extent = int(x.args.get("bytes", 0))
             for end in ("dst", "src"):
                 pointer = x.args.get(end)
                 if pointer and (problem := allocation_problem(ct, pointer, extent, at)):
-                    bad.append(
-                        {"launch": x.index, "step": x.step, "label": x.label, "operand": end}
-                        | {"problem": problem}
-                    )
+                    bad.append(_finding(x, end, problem))
                     break
         for b in x.bindings:
             if b.region is not None and not b.in_bounds and not _group(ct, x, b):
@@ -253,10 +250,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
             else:
                 problem = allocation_problem(ct, b.pointer, b_extent(b) * ELEMENT_BYTES, at)
             if problem is not None:
-                bad.append(
-                    {"launch": x.index, "step": x.step, "label": x.label, "operand": b.role}
-                    | {"problem": problem}
-                )
+                bad.append(_finding(x, b.role, problem))
                 break
     return bad
 

@@ -134,7 +134,8 @@ def test_a_zero_byte_allocation_overlaps_nothing(cap):
 
 def test_a_snapshot_region_past_the_allocation_holding_it_is_refused(cap):
     number = cap.edit(
-        cap.first(lambda e: e.get("region") == "d_h_s2"), lambda e: e | {"elements": 1 << 24}
+        cap.first(lambda e: e.get("region") == "d_h_s2"),
+        lambda e: e | {"elements": 1 << 24, "rows": 1, "ld": 1 << 24},
     )
     refused(
         cap.folder,
@@ -145,7 +146,8 @@ def test_a_snapshot_region_past_the_allocation_holding_it_is_refused(cap):
 
 def test_a_wire_region_longer_than_an_int_of_rows_is_refused(cap):
     number = cap.edit(
-        cap.first(lambda e: e.get("region") == "wire"), lambda e: e | {"elements": 2**31}
+        cap.first(lambda e: e.get("region") == "wire"),
+        lambda e: e | {"elements": 2**31, "rows": 2**31, "ld": 1},
     )
     refused(cap.folder, at(EVENTS, number) + "a wire region of 2147483648 elements: more rows")
 
@@ -158,7 +160,7 @@ def test_a_snapshot_of_address_zero_is_refused(cap):
 def test_a_snapshot_leaving_the_address_space_is_refused(cap):
     number = cap.edit(
         cap.first_of("snapshot"),
-        lambda e: e | {"ptr": ADDRESS_LIMIT - 4, "elements": 2, "count": 0},
+        lambda e: e | {"ptr": ADDRESS_LIMIT - 4, "elements": 2, "rows": 2, "ld": 1, "count": 0},
     )
     refused(cap.folder, at(EVENTS, number) + r'"ptr" \d+ and 2 elements from it leave')
 

@@ -351,8 +351,7 @@ def _snapshot(event: dict[str, Any]) -> str | None:
     if event["count"] > event["elements"]:
         return f'"count" {event["count"]} is more than its "elements" {event["elements"]}'
     if event["rows"] * event["ld"] != event["elements"]:
-        # the recorder walks a region as rows of ld elements (a whole region: one row); a walk
-        # that is not its elements hashed other elements than the event says
+        # the recorder hashes a region as rows of ld elements (a whole one: one row of them)
         rows, ld, elements = event["rows"], event["ld"], event["elements"]
         return f'"rows" {rows} times "ld" {ld} is not its "elements" {elements}'
     if event["skip_col"] >= max(event["ld"], 1):
