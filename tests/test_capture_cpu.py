@@ -31,8 +31,10 @@ from egf_audit.capture.cpu_capture import run_cpu_capture
 from egf_audit.capture.cpu_kernels import build_source, find_kernels
 from egf_audit.capture.cpu_libraries import expand, stubs_source
 from egf_audit.capture.events import read_capture
+from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
+from egf_audit.invariants.registry import FAIL, PASS
 
 RECORDED = Path(__file__).parent / "data" / "capture" / "runtime" / "recorded"
 PROBE_KERNELS = Path(__file__).parent / "data" / "capture" / "cpu" / "kernels"
@@ -310,6 +312,34 @@ def test_cublas_on_the_cpu_computes_exactly_what_its_arguments_say(built, tmp_pa
     assert (gemm.args["k"], gemm.args["lda"]) == {"clean": (4, 4), "k-short": (3, 4)}.get(
         mode, (2, 4)
     )
+
+
+@needs_nvcc
+def test_a_cublaslt_bias_epilogue_is_computed_and_its_vector_bound_as_read(built, tmp_path):
+    """RELU_BIAS: the program checks max(A·B + bias, 0) bit for bit; the recorder reads the
+    epilogue and the bias pointer from the descriptor, and the capture binds the vector as a
+    read of one float a row of D, inside its allocation (EGF001 holds, as a generic program)."""
+    folder = _capture(
+        tmp_path / "cap", [str(built["cpu_probe"] / "cpu_probe"), "lt-bias"], PROBE_KERNELS
+    )
+    (gemm,) = [r for r in read_capture(folder)[0].records if r.kind == "gemm"]
+    assert (gemm.args["bias_length"], gemm.args["bias_access"]) == (3, "r")
+    assert [op.role for op in gemm_operands(gemm.args)] == ["A", "B", "C", "bias"]  # C is D
+    (process,) = audit_capture(folder, use_layout=False).processes
+    assert dict(process.verdicts)["EGF001"].status == PASS
+
+
+@needs_nvcc
+def test_a_cublaslt_bias_vector_past_its_allocation_fails_egf001(built, tmp_path):
+    """The bias vector starts two floats before its allocation's end and is three long: on a GPU
+    the epilogue reads past the allocation; the CPU computes nothing and the capture names it."""
+    folder = _capture(
+        tmp_path / "cap", [str(built["cpu_probe"] / "cpu_probe"), "lt-bias-past"], PROBE_KERNELS
+    )
+    (process,) = audit_capture(folder, use_layout=False).processes
+    verdict = dict(process.verdicts)["EGF001"]
+    assert verdict.status == FAIL, verdict.summary
+    assert "operand bias" in verdict.summary, verdict.summary
 
 
 @needs_nvcc

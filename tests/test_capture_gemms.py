@@ -326,6 +326,105 @@ def test_a_cublaslt_layout_in_row_order_is_listed_as_not_judged(tmp_path):
     assert gemm.args["unbound"] == "cublasLtMatmul: A's matrix layout has order 1, not column-major"
 
 
+def _lt_epilogue(events: Events, epilogue: int, bias: int = 0, aux: int = 0, aux_ld: int = 0):
+    """Y = op(W)ᵀ·X through cublasLtMatmul (m = 12 rows of D, n = 24 columns), with the
+    descriptor's epilogue, bias pointer, auxiliary pointer and its ld as the recorder reads
+    them after the five it always read."""
+    events.add(
+        "ltmatmul",
+        a=at("W"),
+        b=at("X"),
+        c=at("Y"),
+        d=at("Y"),
+        adesc=[0, 0, 16, 12, 16, 1, 0],
+        bdesc=[0, 0, 16, 24, 16, 1, 0],
+        cdesc=[0, 0, 12, 24, 12, 1, 0],
+        ddesc=[0, 0, 12, 24, 12, 1, 0],
+        desc=[68, 0, 0, 1, 0, epilogue, bias, aux, aux_ld],
+    )
+
+
+@pytest.mark.parametrize(
+    ("epilogue", "bias", "bound"),
+    [
+        (1, 0, None),  # the default: nothing besides A, B, C and D
+        (2, 0, None),  # ReLU on D alone
+        (32, 0, None),  # GELU on D alone
+        (4, at("W"), (12, "r")),  # BIAS: one element a row of D, read
+        (6, at("W"), (12, "r")),  # RELU_BIAS
+        (36, at("W"), (12, "r")),  # GELU_BIAS
+        (256, at("W"), (12, "w")),  # BGRADA: the bias gradient, a row of D each, written
+        (512, at("W"), (24, "w")),  # BGRADB: a column of D each
+    ],
+)
+def test_a_cublaslt_epilogue_binds_the_bias_vector_it_reads_or_writes(
+    tmp_path, epilogue, bias, bound
+):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _lt_epilogue(events, epilogue, bias)
+    (gemm,) = _gemms(events.write(tmp_path / "c", layout=LAYOUT))
+    assert "unbound" not in gemm.args
+    found = {op.role: op for op in gemm_operands(gemm.args)}
+    if bound is None:
+        assert "bias" not in found
+        return
+    length, access = bound
+    assert (found["bias"].pointer, found["bias"].access) == (bias, access)
+    assert found["bias"].box == (1, length, length)
+
+
+def test_a_bias_vector_running_past_its_tensor_fails_egf001_naming_it(tmp_path):
+    """The bias (12 floats) starts 4 floats before the end of W: it reads 8 past it (as every
+    operand of a program that is no SP14 trainer, it must lie in whole rows of its tensor)."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _lt_epilogue(events, 6, at("W", 12 * 16 - 4))
+    verdict = _verdicts(events.write(tmp_path / "c", layout=LAYOUT))["EGF001"]
+    assert verdict.status == FAIL, verdict.summary
+    assert "operand bias reaches 8 elements past the end of W" in verdict.summary, verdict.summary
+
+
+@pytest.mark.parametrize(
+    ("epilogue", "bias", "aux", "words"),
+    [
+        (
+            160,
+            0,
+            at("S"),
+            "its epilogue 160 reads or writes an auxiliary matrix, which is not bound",
+        ),  # GELU_AUX
+        (
+            136,
+            0,
+            at("S"),
+            "its epilogue 136 reads or writes an auxiliary matrix, which is not bound",
+        ),  # DRELU
+        (3, 0, 0, "its epilogue 3 is none cuBLASLt documents, or could not be read"),
+        (-1, 0, 0, "its epilogue -1 is none cuBLASLt documents, or could not be read"),
+        (4, -1, 0, "its epilogue 4 uses a bias vector whose pointer could not be read"),
+        (4, 0, 0, "its epilogue 4 uses a bias vector whose pointer could not be read"),
+    ],
+)
+def test_an_epilogue_whose_pointers_cannot_be_bound_is_listed_never_passed(
+    tmp_path, epilogue, bias, aux, words
+):
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _lt_epilogue(events, epilogue, bias, aux, 12 if aux else 0)
+    folder = events.write(tmp_path / "c", layout=LAYOUT)
+    (gemm,) = _gemms(folder)
+    assert gemm.args["unbound"] == f"cublasLtMatmul: {words}"
+    assert _verdicts(folder)["EGF001"].status == UNDECIDED
+
+
+def test_a_descriptor_naming_a_bias_pointer_outside_the_process_is_refused(tmp_path):
+    events = Events()
+    _lt_epilogue(events, 4, 5)
+    with pytest.raises(UsageError, match='"desc" names pointer 5, no address of the process'):
+        read_capture(events.write(tmp_path / "c"))
+
+
 def test_the_cublaslt_call_cublas_makes_inside_a_classic_call_is_that_call(tmp_path):
     events = Events()
     events.alloc(BASE, 4 * TOTAL)

@@ -17,7 +17,8 @@ from egf_audit.runtime.memory import ELEMENT_BYTES
 # ldc), its pointers A, B, C, and where they differ from one fp32 matrix each: `batch` (count),
 # `strideA`/`strideB`/`strideC` (elements between batches), `A_ptrs`/`B_ptrs`/`C_ptrs` (a
 # pointer-array call's pointers), `bytesA`/`bytesB`/`bytesC` (element size), `D` and `ldd`
-# (cuBLASLt's output, when it is not C), and `unbound` (why its operands cannot be named).
+# (cuBLASLt's output, when it is not C), `bias`, `bias_length` and `bias_access` (a cuBLASLt
+# epilogue's bias vector, read or written), and `unbound` (why its operands cannot be named).
 MAX_BATCHES_BOUND = 4096  # a pointer-array call binds each batch; the recorder reads this many
 
 
@@ -67,4 +68,7 @@ def gemm_operands(args: dict[str, Any]) -> list[GemmOperand]:
         for i, pointer in zip(batches, pointers, strict=True):
             name = role if i == 0 else f"{role}[{i}]"
             out.append(GemmOperand(name, pointer, access[role], size, box))
+    if "bias" in args:  # a cuBLASLt epilogue's vector, of D's element type (its default)
+        n, size = int(args["bias_length"]), int(args.get("bytesD", ELEMENT_BYTES))
+        out.append(GemmOperand("bias", int(args["bias"]), args["bias_access"], size, (1, n, n)))
     return out

@@ -7,7 +7,8 @@ Two sources. cuBLAS's own logger words each call of the classic API (`cublasSgem
 bits and, for a pointer-array call, the pointers it read from the arrays. cuBLASLt's logger names
 a `cublasLtMatmul` by its descriptors, which the recorder reads while the call is in progress
 into an `ltmatmul` event: each matrix layout as [type, order, rows, cols, ld, batch count, batch
-stride], the matmul descriptor as [compute type, scale type, pointer mode, transa, transb].
+stride], the matmul descriptor as [compute type, scale type, pointer mode, transa, transb] and,
+from recorders that read them, [epilogue, bias pointer, auxiliary pointer, auxiliary ld].
 
 A call whose operands cannot be named keeps its shape and says why in `unbound`: EGF001 lists
 it as a GEMM it cannot judge, never passes it. What no GEMM can be (an op that is no N, T or C,
@@ -116,13 +117,39 @@ def _layout_words(layout: list[int] | None, role: str) -> str | None:
     return None
 
 
+# cublasLtEpilogue_t (cublasLt.h): the bits that name a pointer besides A, B, C and D
+EPILOGUE_DEFAULT, RELU, BIAS, GELU, AUX, BGRADA, BGRADB = 1, 2, 4, 32, 128, 256, 512
+EPILOGUES = frozenset({1, 2, 130, 4, 6, 134, 136, 152, 32, 160, 36, 164, 192, 208, 256, 512})
+
+
+def _epilogue(found: list[int], d: list[int] | None) -> dict[str, Any] | str | None:
+    """What a cuBLASLt epilogue adds to the call's operands: None for none (a recorder before the
+    epilogue was read, the default, or a ReLU or GELU on D alone); the bias vector it reads (the
+    BIAS epilogues: one element per row of D) or writes (BGRADA: per row, BGRADB: per column);
+    else why the call cannot be bound (an auxiliary matrix, written or read, is not bound)."""
+    if not found or found[0] in (EPILOGUE_DEFAULT, RELU, GELU):
+        return None
+    epilogue, bias = found[0], found[1]
+    if epilogue not in EPILOGUES:
+        return f"its epilogue {epilogue} is none cuBLASLt documents, or could not be read"
+    if epilogue & AUX:
+        return f"its epilogue {epilogue} reads or writes an auxiliary matrix, which is not bound"
+    if d is None or d[5] > 1:
+        return f"its epilogue {epilogue} applies a bias to a batched or unread D"
+    if bias <= 0:
+        return f"its epilogue {epilogue} uses a bias vector whose pointer could not be read"
+    length = d[3] if epilogue == BGRADB else d[2]
+    access = "r" if epilogue & BIAS else "w"
+    return {"bias": bias, "bias_length": length, "bias_access": access}
+
+
 def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
     """A recorded `cublasLtMatmul` in the one form. D = op(A)·op(B) (scaled) + C: m and n are
     D's rows and columns, k the columns of op(A); alpha and beta as the recorder read them from
     the addresses the log names (of the descriptor's scale type), else None: then C counts as
     read and D as written."""
     a, b, c, d = (event[k] for k in ("adesc", "bdesc", "cdesc", "ddesc"))
-    compute, scale, mode, transa, transb = event["desc"]
+    compute, scale, mode, transa, transb = event["desc"][:5]
     out: dict[str, Any] = {"A": event["a"], "B": event["b"], "C": event["c"], "D": event["d"]}
     nbytes = TYPE_BYTES.get(scale, 4)
     alpha, beta = scalar(event.get("alpha_bits"), nbytes), scalar(event.get("beta_bits"), nbytes)
@@ -134,10 +161,15 @@ def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
     ]
     if transa not in OPS or transb not in OPS:
         problems.append(f"transa {transa} or transb {transb} could not be read")
+    epilogue = _epilogue(event["desc"][5:], d)
+    if isinstance(epilogue, str):
+        problems.append(epilogue)
     if problems:
         out |= {"transa": "N", "transb": "N", "m": 0, "n": 0, "k": 0, "lda": 1, "ldb": 1}
         out |= {"ldc": 1, "unbound": f"cublasLtMatmul: {problems[0]}"}
         return out
+    if isinstance(epilogue, dict):
+        out |= epilogue
     out["transa"], out["transb"] = OPS[transa], OPS[transb]
     out["m"], out["n"] = d[2], d[3]
     out["k"] = a[3] if transa == 0 else a[2]

@@ -81,7 +81,7 @@ def _handed(ct: CaptureTrace, pointers: Iterable[int], seq: int) -> list[Allocat
 
 def _may_write(ct: CaptureTrace, r: Record, gemm: Record | None, kernels: list[Record]) -> Spans:
     if gemm is not None:
-        operands = [p for p in (gemm.args.get(k) for k in ("A", "B", "C", "D")) if p]
+        operands = [p for p in (gemm.args.get(k) for k in ("A", "B", "C", "D", "bias")) if p]
         handed = _handed(ct, (p for k in kernels for p in k.pointers), r.seq)
         workspace = [a for a in handed if not any(a.holds(p) for p in operands)]
         return declared(gemm, "w", ct).union(whole(workspace))

@@ -270,13 +270,15 @@ static void on_cublaslt_log(int level, const char *function, const char *msg) {
     write_layout(f, "bdesc", lt_field(msg, "Bdesc"));
     write_layout(f, "cdesc", lt_field(msg, "Cdesc"));
     write_layout(f, "ddesc", lt_field(msg, "Ddesc"));
-    // compute type, scale type, pointer mode, transa, transb (MATMUL_DESC attributes 0..4)
+    // compute type, scale type, pointer mode, transa, transb (MATMUL_DESC attributes 0..4), then
+    // the epilogue (7) and the pointers it reads or writes besides A, B, C and D: the bias (8),
+    // the auxiliary matrix (11) and that matrix's leading dimension (12); -1 where unreadable
+    static const int desc_attrs[9][2] = {{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 4},
+                                         {7, 4}, {8, 8}, {11, 8}, {12, 8}};
     fputs(",\"desc\":[", f);
-    long long attrs[5];
-    for (int attr = 0; attr <= 4; ++attr) {
-        attrs[attr] = lt_attr(g_lt_desc_get, desc, attr, 4);
-        fprintf(f, "%s%lld", attr ? "," : "", attrs[attr]);
-    }
+    for (int i = 0; i < 9; ++i)
+        fprintf(f, "%s%lld", i ? "," : "",
+                lt_attr(g_lt_desc_get, desc, desc_attrs[i][0], desc_attrs[i][1]));
     fputc(']', f);
     lt_scalars(f);
     end_event(f);

@@ -5,15 +5,13 @@ they apply, and the comment above each says when. `event_problem` is the one che
 against the table: a kind the recorder does not write, a key missing, or a value of the wrong
 JSON type or outside its domain is named in a few words, and the reader refuses the line.
 
-What a key's domain is: integers as the recorder prints them (a JSON true is no integer),
-counts and sizes up to LIMIT, strings up to MAX_STRING characters, and every device or host
-address the recorder read inside the process's user address space: 0 (none), or from
-LOWEST_ADDRESS up to ADDRESS_LIMIT, with the bytes it names ending there too. ADDRESS_LIMIT is
-2**48: the user space of x86-64 ends below 2**47 and that of aarch64 with 48-bit virtual
-addresses below 2**48, so one bound holds both; LOWEST_ADDRESS is 2**15, because no Linux maps
-the lowest pages (`vm.mmap_min_addr` is 64 KiB on x86-64 and 32 KiB on arm64 by default) and
-the CUDA driver places device memory far above them. `WHOLE` holds the checks across the keys
-of one event (a region's end, a snapshot's kept values within its elements).
+What a key's domain is: integers as the recorder prints them (a JSON true is no integer), counts
+and sizes up to LIMIT, strings up to MAX_STRING characters, every address inside the process's user
+address space: 0 (none), or from LOWEST_ADDRESS up to ADDRESS_LIMIT, with the bytes it names ending
+there too. ADDRESS_LIMIT is 2**48: the user space of x86-64 ends below 2**47 and that of aarch64
+with 48-bit virtual addresses below 2**48, so one bound holds both; LOWEST_ADDRESS is 2**15,
+because no Linux maps the lowest pages (`vm.mmap_min_addr` is 64 KiB on x86-64 and 32 KiB on arm64
+by default) and the CUDA driver places device memory far above them. `WHOLE`: cross-key checks.
 """
 
 from __future__ import annotations
@@ -163,9 +161,11 @@ LT_FIELDS = ("type", "order", "rows", "cols", "ld", "batch count", "batch stride
 
 
 def lt_desc(value: Any) -> str | None:
-    if type(value) is list and len(value) == 5 and all(_ANY64(v) is None for v in value):
-        return None
-    return "must be a list of 5 integers"
+    """[compute, scale type, pointer mode, transa, transb] (+ epilogue, bias, aux, aux ld)."""
+    if not (type(value) is list and len(value) in (5, 9) and all(_ANY64(v) is None for v in value)):
+        return "must be a list of 5 or 9 integers"
+    bad = next((v for v in value[6:8] if v != -1 and address(v) is not None), None)
+    return None if bad is None else f"names pointer {bad}, no address of the process"
 
 
 def blobs(value: Any) -> str | None:

@@ -37,12 +37,15 @@ typedef struct {
 } FakeHandle;
 void fake_cublas_call(const char *const *messages, int n, void (*inside)(void));
 
-// fake_cublaslt.c: a matrix layout's attributes 0..6 and a matmul descriptor's 0..4
+// fake_cublaslt.c: a matrix layout's attributes 0..6 and a matmul descriptor's 0..4, then its
+// epilogue (7), bias pointer (8), auxiliary pointer (11) and that matrix's leading dimension (12)
 typedef struct {
     int64_t attrs[7];
 } FakeLayout;
 typedef struct {
     int32_t attrs[5];
+    int32_t epilogue;
+    int64_t bias, aux, aux_ld;
 } FakeMatmulDesc;
 
 // fake_cupti.c: the callback the recorder subscribed (a CUpti_CallbackFunc), NULL before

@@ -41,8 +41,13 @@ int cublasLtMatrixLayoutGetAttribute(const void *layout, int attr, void *buf, si
 
 int cublasLtMatmulDescGetAttribute(const void *desc, int attr, void *buf, size_t size,
                                    size_t *written) {
-    if (attr < 0 || attr > 4) return 7;
-    return attribute(&((const FakeMatmulDesc *)desc)->attrs[attr], 4, buf, size, written);
+    const FakeMatmulDesc *d = desc;
+    if (attr >= 0 && attr <= 4) return attribute(&d->attrs[attr], 4, buf, size, written);
+    if (attr == 7) return attribute(&d->epilogue, 4, buf, size, written);
+    if (attr == 8) return attribute(&d->bias, 8, buf, size, written);
+    if (attr == 11) return attribute(&d->aux, 8, buf, size, written);
+    if (attr == 12) return attribute(&d->aux_ld, 8, buf, size, written);
+    return 7;
 }
 
 int cublasLtMatmul(void *handle, void *desc, const void *alpha, const void *A, void *adesc,

@@ -332,8 +332,10 @@ static void lt_calls(void) {
     *c = (FakeLayout){{0, 0, 8, 8, 8, 3, 64}};
     FakeMatmulDesc *host_desc = fake_host(sizeof *host_desc);
     FakeMatmulDesc *device_desc = fake_host(sizeof *device_desc);
-    *host_desc = (FakeMatmulDesc){{68, 0, 0, 1, 0}};    // 32F compute, R_32F scale, host scalars
-    *device_desc = (FakeMatmulDesc){{68, 0, 1, 0, 0}};  // ... device scalars
+    // 32F compute, R_32F scale, host scalars, the default epilogue; then device scalars with a
+    // bias epilogue (CUBLASLT_EPILOGUE_BIAS) whose vector is the first of A's
+    *host_desc = (FakeMatmulDesc){{68, 0, 0, 1, 0}, 1, 0, 0, 0};
+    *device_desc = (FakeMatmulDesc){{68, 0, 1, 0, 0}, 4, 0, 0, 0};
     float *scalars = fake_host(2 * sizeof(float));
     scalars[0] = 1.5f;
     scalars[1] = 0.0f;
@@ -341,6 +343,7 @@ static void lt_calls(void) {
     F(dev_scalars)[0] = -1.0f;
     F(dev_scalars)[1] = 1.0f;
     void *A = F(act), *B = F(online), *C = F(target);
+    device_desc->bias = (int64_t)(uintptr_t)A;
     cublasLtMatmul(NULL, host_desc, &scalars[0], A, a, B, b, &scalars[1], C, c, C, c, NULL, NULL,
                    0, NULL);
     cublasLtMatmul(NULL, device_desc, F(dev_scalars), A, a, B, b, F(dev_scalars + 4), C, c, C, c,

@@ -7,8 +7,8 @@
  * descriptors' contents back through the GetAttribute functions while the call is in progress),
  * worded as NVIDIA's: "A=0X7F.. Adesc=0X.. B=.. Bdesc=.. C=.. Cdesc=.. D=.. Ddesc=..
  * computeDesc=.. algo=.. workSpace=.. workSpaceSizeInBytes=.. stream=..". What it does not
- * model (other types, epilogues, scale pointers, row-major layouts, vector pointer modes) is
- * refused by name.
+ * model (other types, epilogues but ReLU and bias, scale pointers, row-major layouts, vector
+ * pointer modes) is refused by name.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -23,7 +23,8 @@
 #define EXPORT __attribute__((visibility("default")))
 enum { OK = 0, NOT_INITIALIZED = 1, ALLOC_FAILED = 3, INVALID_VALUE = 7, EXECUTION_FAILED = 13,
        NOT_SUPPORTED = 15 };
-enum { R_32F = 0, EPILOGUE_DEFAULT = 1, LOG_API = 16 };
+enum { R_32F = 0, EPILOGUE_DEFAULT = 1, EPILOGUE_RELU = 2, EPILOGUE_BIAS = 4, LOG_API = 16 };
+enum { DESC_BIAS_POINTER = 8, DESC_WIDE_LAST = 12 };  // 8..12: 8-byte attributes kept (bias, aux)
 
 typedef struct {
     int unused;
@@ -31,7 +32,8 @@ typedef struct {
 
 typedef struct {
     int32_t attr[8];  // compute type, scale type, pointer mode, transa, transb, transc, fill, epilogue
-    int other;        // an attribute past those set to something other than zero: its id + 1
+    int64_t wide[DESC_WIDE_LAST + 1];  // 8: the bias pointer, 11: the aux pointer, 12: its ld
+    int other;  // an attribute past those set to something other than zero: its id + 1
 } MatmulDesc;
 
 typedef struct {
@@ -134,6 +136,9 @@ EXPORT int cublasLtMatmulDescSetAttribute(MatmulDesc *desc, int attr, const void
     if (attr >= 0 && attr < 8) {
         if (size != 4) return INVALID_VALUE;
         memcpy(&desc->attr[attr], buf, 4);
+    } else if (attr >= DESC_BIAS_POINTER && attr <= DESC_WIDE_LAST && attr != 9 && attr != 10) {
+        if (size != 8) return INVALID_VALUE;
+        memcpy(&desc->wide[attr], buf, 8);
     } else if (nonzero(buf, size)) {
         desc->other = attr + 1;
     }
@@ -142,11 +147,13 @@ EXPORT int cublasLtMatmulDescSetAttribute(MatmulDesc *desc, int attr, const void
 
 EXPORT int cublasLtMatmulDescGetAttribute(MatmulDesc *desc, int attr, void *buf, size_t size,
                                           size_t *written) {
-    if (!desc || attr < 0 || attr >= 8) return INVALID_VALUE;
-    if (written) *written = 4;
+    int wide = attr >= DESC_BIAS_POINTER && attr <= DESC_WIDE_LAST && attr != 9 && attr != 10;
+    if (!desc || attr < 0 || (attr >= 8 && !wide)) return INVALID_VALUE;
+    size_t want = wide ? 8 : 4;
+    if (written) *written = want;
     if (size == 0 && !buf) return written ? OK : INVALID_VALUE;
-    if (size < 4 || !buf) return INVALID_VALUE;
-    memcpy(buf, &desc->attr[attr], 4);
+    if (size < want || !buf) return INVALID_VALUE;
+    memcpy(buf, wide ? (const void *)&desc->wide[attr] : (const void *)&desc->attr[attr], want);
     return OK;
 }
 
@@ -243,7 +250,12 @@ static int modeled(const MatmulDesc *desc, const Layout *const layouts[4]) {
     if (desc->attr[2] != 0 && desc->attr[2] != 1)
         return refuse("a pointer mode with per-row scale vectors");
     if (desc->attr[5] != 0) return refuse("a transposed C (CUBLASLT_MATMUL_DESC_TRANSC)");
-    if (desc->attr[7] != EPILOGUE_DEFAULT) return refuse("an epilogue (bias, activation, ...)");
+    int epilogue = desc->attr[7];
+    if (epilogue != EPILOGUE_DEFAULT && epilogue != EPILOGUE_RELU && epilogue != EPILOGUE_BIAS &&
+        epilogue != (EPILOGUE_RELU | EPILOGUE_BIAS))
+        return refuse("an epilogue other than ReLU and bias (GELU, auxiliary outputs, gradients)");
+    if (desc->wide[11] || desc->wide[12])
+        return refuse("an epilogue's auxiliary matrix (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER)");
     if (desc->other) {
         char why[128];
         snprintf(why, sizeof why, "matmul descriptor attribute %d (scale pointers, bias, ...)",
@@ -315,6 +327,11 @@ EXPORT int cublasLtMatmul(LtHandle *handle, MatmulDesc *desc, const void *alpha,
     memcpy(&g.alpha, alpha, 4);
     memcpy(&g.beta, beta, 4);
     g.A = A, g.B = B, g.C = C ? C : D, g.D = D;
+    if (desc->attr[7] & EPILOGUE_BIAS) {
+        if (!desc->wide[DESC_BIAS_POINTER] || g.batch > 1) return INVALID_VALUE;
+        g.bias = (const float *)(uintptr_t)desc->wide[DESC_BIAS_POINTER];
+    }
+    g.relu = (desc->attr[7] & EPILOGUE_RELU) != 0;
     const char *outside = egf_gemm_outside(&g);
     if (outside) {
         fprintf(stderr,

@@ -36,6 +36,7 @@ HIDDEN const char *egf_gemm_outside(const EgfGemm *g) {
         if (g->beta != 0.0f && !egf_cpu_in_device(C, span(g->m, g->n, g->ldc))) return "C";
         if (!egf_cpu_in_device(D, span(g->m, g->n, g->ldd))) return "D";
     }
+    if (g->bias && !egf_cpu_in_device(g->bias, span(g->m, 1, g->m))) return "bias";
     return NULL;
 }
 
@@ -65,6 +66,8 @@ static void one_batch(const EgfGemm *g, int b, float *ap, float *bp) {
                 acc *= g->alpha;
             }
             float out = g->beta == 0.0f ? acc : acc + g->beta * C[i + j * g->ldc];
+            if (g->bias) out += g->bias[i];
+            if (g->relu) out = out > 0.0f ? out : 0.0f;  // as fmaxf(out, 0): a NaN gives 0
             D[i + j * g->ldd] = out;
         }
     }

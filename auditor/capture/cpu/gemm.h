@@ -16,6 +16,8 @@ typedef struct {
     int batch;
     const float *const *Aarray, *const *Barray;  // pointer-array batches (NULL: strided)
     float *const *Darray;
+    const float *bias;  // a cuBLASLt BIAS epilogue's vector, one element per row of D (NULL: none)
+    int relu;           // a cuBLASLt RELU epilogue: D = max(D, 0) last
 } EgfGemm;
 
 /* Where each operand of one batch spans: NULL when every span lies inside one device

@@ -19,6 +19,10 @@
 // exit          a kernel whose CPU source calls exit(0) (the process ends with status 134)
 // ptx PATH      the driver API: `fill` from a module loaded from PTX (nvcc -ptx of
 //               kernels/probe_kernels.cu), checked (exit 0)
+// lt-bias       a cublasLtMatmul with the RELU_BIAS epilogue: D = max(A·B + bias, 0), the bias
+//               one float a row of D, checked to the bit (exit 0)
+// lt-bias-past  the same with the bias vector starting two floats before its allocation's end
+//               (on a GPU it reads past it; the CPU computes nothing and says so, exit 0)
 //
 // Built with nvcc -cudart shared against the cuBLAS prototypes of cublas_decls.h.
 #include <cuda.h>
@@ -66,6 +70,50 @@ static int gemm_checked(cublasHandle_t h, int k_used) {
   return 0;
 }
 
+// D (3 x 2) = max(A (3 x 4) * B (4 x 2) + bias, 0) through cuBLASLt's RELU_BIAS epilogue; with
+// `past`, the bias vector (3 floats) starts 2 floats before the end of a 4-float allocation
+static int lt_bias(bool past) {
+  enum { COMPUTE_32F = 68, R_32F = 0, LT_TRANSA = 3, LT_TRANSB = 4, EPILOGUE = 7, BIAS = 8 };
+  const int m = 3, n = 2, k = 4, relu_bias = 2 | 4;
+  float hA[m * k], hB[k * n], hbias[4] = {0.5f, -100.0f, 2.0f, 7.0f}, hD[m * n];
+  for (int i = 0; i < m * k; ++i) hA[i] = (float)(i % 7) - 2.0f;
+  for (int i = 0; i < k * n; ++i) hB[i] = (float)(i % 5) + 0.5f;
+  float *A, *B, *D, *bias;
+  cudaMalloc((void **)&A, sizeof hA), cudaMalloc((void **)&B, sizeof hB);
+  cudaMalloc((void **)&D, sizeof hD), cudaMalloc((void **)&bias, sizeof hbias);
+  cudaMemcpy(A, hA, sizeof hA, cudaMemcpyHostToDevice);
+  cudaMemcpy(B, hB, sizeof hB, cudaMemcpyHostToDevice);
+  cudaMemcpy(bias, hbias, sizeof hbias, cudaMemcpyHostToDevice);
+  const float *bias_used = past ? bias + 2 : bias;
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  int opn = 0;
+  if (int s = cublasLtCreate(&lt)) return fail("cublasLtCreate", s);
+  if (int s = cublasLtMatmulDescCreate(&desc, COMPUTE_32F, R_32F)) return fail("DescCreate", s);
+  cublasLtMatmulDescSetAttribute(desc, LT_TRANSA, &opn, sizeof opn);
+  cublasLtMatmulDescSetAttribute(desc, LT_TRANSB, &opn, sizeof opn);
+  cublasLtMatmulDescSetAttribute(desc, EPILOGUE, &relu_bias, sizeof relu_bias);
+  cublasLtMatmulDescSetAttribute(desc, BIAS, &bias_used, sizeof bias_used);
+  cublasLtMatrixLayoutCreate(&la, R_32F, m, k, m);
+  cublasLtMatrixLayoutCreate(&lb, R_32F, k, n, k);
+  cublasLtMatrixLayoutCreate(&ld, R_32F, m, n, m);
+  float one = 1.0f, zero = 0.0f;
+  int s = cublasLtMatmul(lt, desc, &one, A, la, B, lb, &zero, D, ld, D, ld, nullptr, nullptr, 0, 0);
+  if (s != 0) return fail("cublasLtMatmul", s);
+  if (past) return 0;
+  cudaMemcpy(hD, D, sizeof hD, cudaMemcpyDeviceToHost);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float want = 0.0f;
+      for (int p = 0; p < k; ++p) want += hA[i + p * m] * hB[p + j * k];
+      want += hbias[i];
+      want = want > 0.0f ? want : 0.0f;
+      if (std::memcmp(&want, &hD[i + j * m], 4) != 0) return fail("the RELU_BIAS product", i);
+    }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "clean";
   cublasHandle_t h;
@@ -81,6 +129,7 @@ int main(int argc, char **argv) {
     return gemm_checked(h, 4);
   }
   if (mode == "k-short") return gemm_checked(h, 3);
+  if (mode == "lt-bias" || mode == "lt-bias-past") return lt_bias(mode == "lt-bias-past");
   if (mode == "ptx" && argc > 2) {
     CUmodule module;
     CUfunction f;
