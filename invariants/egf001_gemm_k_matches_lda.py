@@ -13,13 +13,14 @@ from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.gemm_spans import (
     implied_slice_problem,
+    k_sh2_signature,
     rows_problem,
     slice_problem,
     span_problem,
 )
 from egf_audit.invariants.launch_shape import launch_shape_problem
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, gemm_operand_boxes
+from egf_audit.runtime.gemm_rules import GEMM_ARGS
 from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.runtime.trace import buffer_size
 
@@ -152,18 +153,6 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
-    """The seed's bug read off the arguments alone, no buffer named: an operand that spans SH2
-    columns with row stride SH2 + 1 (K = SH2 against a leading dimension of SH2 + 1)."""
-    if sh2 is None or not all(k in x.args for k in GEMM_ARGS):
-        return None
-    boxes = gemm_operand_boxes(GemmShape.of(x.args))
-    for role, (rows, width, ld) in boxes.items():
-        if rows > 1 and ld == sh2 + 1 and width == sh2:
-            return f"operand {role} spans {sh2} columns with row stride {sh2 + 1} (K = SH2)"
-    return None
-
-
 def _capture_operand_problem(
     ct: CaptureTrace, x: Launch, b: Binding, op: GemmOperand | None, at: int
 ) -> str | None:
@@ -273,6 +262,9 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     for x in gemms:
         facts = {"launch": x.index, "step": x.step, "label": x.label}
         facts |= {"sgemm_args": {k: x.args.get(k) for k in GEMM_ARGS}}
+        if x.refused:  # the arguments cuBLAS refuses: nothing ran (the rebuild's rule)
+            bad.append(facts | {"problem": x.refused})
+            continue
         if "unbound" in x.args or not x.bindings:
             why = (
                 x.args.get("unbound") or f"{x.args.get('api', 'GEMM')}: its operands are not bound"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from egf_audit.invariants.common import listed, mode_traces, only_trace
-from egf_audit.invariants.egf001_gemm_k_matches_lda import k_sh2_signature
+from egf_audit.invariants.gemm_spans import k_sh2_signature
 from egf_audit.invariants.registry import (
     WARN,
     Invariant,

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from egf_audit.runtime.gemm_rules import contraction
+from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, contraction, gemm_operand_boxes
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.trace import Region
+    from egf_audit.runtime.trace import Launch, Region
 
 
 def span_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:
@@ -121,3 +121,15 @@ def implied_slice_problem(args: dict[str, Any], role: str, box: tuple[int, int, 
         f"{stride} = {slice_rows} x {ld}): {_rows_words(rows, slice_rows - 1)} of every batch "
         "left out"
     )
+
+
+def k_sh2_signature(x: Launch, sh2: int | None) -> str | None:
+    """The seed's bug read off the arguments alone, no buffer named: an operand that spans SH2
+    columns with row stride SH2 + 1 (K = SH2 against a leading dimension of SH2 + 1)."""
+    if sh2 is None or not all(k in x.args for k in GEMM_ARGS):
+        return None
+    boxes = gemm_operand_boxes(GemmShape.of(x.args))
+    for role, (rows, width, ld) in boxes.items():
+        if rows > 1 and ld == sh2 + 1 and width == sh2:
+            return f"operand {role} spans {sh2} columns with row stride {sh2 + 1} (K = SH2)"
+    return None

@@ -725,3 +725,36 @@ def test_a_free_after_the_gemm_or_of_another_address_changes_nothing(tmp_path):
     sgemm_y(events)
     _free(events, BASE)
     assert _verdicts(events.write(tmp_path / "c"), use_layout=False)["EGF001"].status == PASS
+
+
+# ---- the arguments cuBLAS refuses: logged, never run (EGF001, the rebuild's rule) ----
+@pytest.mark.parametrize(
+    ("record", "words"),
+    [
+        (lambda e: sgemm_y(e, ldb=15), "ldb = 15 is below max(1, 16), the rows it stores"),
+        (lambda e: strided_s(e, ldc=7), "ldc = 7 is below max(1, 8), the rows it stores"),
+        (lambda e: _lt_event(e, ld_d=7), "ldd = 7 is below max(1, 8), the rows it stores"),
+    ],
+    ids=["sgemm-ldb", "strided-ldc", "lt-ldd"],
+)
+def test_a_gemm_whose_arguments_cublas_refuses_fails_egf001_as_never_run(tmp_path, record, words):
+    """cuBLAS's logger writes the call before cuBLAS checks it; CUBLAS_STATUS_INVALID_VALUE
+    then leaves every operand untouched, so the step's product was never computed. The rebuild
+    records the same refusal (runtime/gemm_rules.py) and EGF001 fails it in both modes."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    record(events)
+    folder = events.write(tmp_path / "c", layout=LAYOUT)
+    verdict = _verdicts(folder)["EGF001"]
+    assert verdict.status == FAIL, verdict.summary
+    assert f"CUBLAS_STATUS_INVALID_VALUE: {words}" in verdict.summary, verdict.summary
+
+
+def test_op_c_of_a_real_matrix_is_op_t_and_no_refusal(tmp_path):
+    from egf_audit.capture.gemms import refusal
+
+    shape = {"transa": "C", "transb": "N", "m": 12, "n": 24, "k": 16}
+    assert refusal(shape | {"lda": 16, "ldb": 16, "ldc": 12}) is None
+    assert refusal(shape | {"lda": 12, "ldb": 16, "ldc": 12}) == (
+        "CUBLAS_STATUS_INVALID_VALUE: lda = 12 is below max(1, 16), the rows it stores"
+    )

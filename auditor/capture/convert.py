@@ -10,7 +10,10 @@ gets access "?" on every buffer its pointer arguments land in: it may write any 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from egf_audit.capture.allocations import Allocation
+from egf_audit.capture.gemms import refusal
 from egf_audit.capture.model import (
     CaptureLayout,
     CaptureTrace,
@@ -53,9 +56,11 @@ def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Capt
         name = "sgemm" if r.kind == "sgemm" else r.name  # as the rebuild's trace names SGEMMs
         label = at_site(name, site_of[i]) if i in site_of else name
         args = dict(r.args, api=r.api)
-        trace.launches.append(
-            Launch(i, steps[i], KINDS[r.kind], name, label, args, bindings_of(layout, r))
-        )
+        launch = Launch(i, steps[i], KINDS[r.kind], name, label, args, bindings_of(layout, r))
+        if KINDS[r.kind] == "sgemm" and (why := refusal(r.args)) is not None:
+            # cuBLAS logged the call, then refused it: nothing ran (EGF001, as the rebuild's)
+            launch = replace(launch, refused=why)
+        trace.launches.append(launch)
     return CaptureTrace(trace, layout, proc, records, sites, allocations_of(proc))
 
 

@@ -22,7 +22,7 @@ import struct
 from typing import Any
 
 from egf_audit.capture.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
-from egf_audit.runtime.gemm_rules import GEMM_ARGS
+from egf_audit.runtime.gemm_rules import GEMM_ARGS, INVALID_VALUE, GemmShape, invalid_value
 
 from .schema import ADDRESS_LIMIT, LOWEST_ADDRESS
 
@@ -202,3 +202,20 @@ def operands_problem(args: dict[str, Any]) -> str | None:
                 "address space (2**15 to 2**48)"
             )
     return None
+
+
+def refusal(args: dict[str, Any]) -> str | None:
+    """Why cuBLAS refuses a recorded GEMM's arguments with CUBLAS_STATUS_INVALID_VALUE and
+    computes nothing, by the rules the rebuild's recorder applies (runtime/gemm_rules.py: a
+    negative size, a leading dimension below the rows its column-major operand stores), or
+    None. Its logger wrote the call before refusing it, so the capture holds a GEMM that never
+    ran. For a real matrix, op C is op T; cuBLASLt holds D's leading dimension to the rule too."""
+    if "unbound" in args:
+        return None
+    shape = GemmShape.of(args)
+    shape = shape._replace(**{op: "T" for op in ("transa", "transb") if shape._asdict()[op] == "C"})
+    why = invalid_value(shape)
+    ldd = args.get("ldd")
+    if why is None and isinstance(ldd, int) and ldd < max(1, shape.m):
+        why = f"{INVALID_VALUE}: ldd = {ldd} is below max(1, {shape.m}), the rows it stores"
+    return why

@@ -370,14 +370,14 @@ TRIAGE: tuple[Entry, ...] = (
         "a checkpoint has no bindings: judged as another launch it adds no finding",
     ),
     Entry(
-        E1,
+        GS,
         "k_sh2_signature",
         "1 -> 2",
         "boundary",
         "misses the K = SH2 signature of a 2-row operand only (B or ADV rows in the trainer)",
     ),
     Entry(
-        E1,
+        GS,
         "k_sh2_signature",
         "",
         "fail-closed",

@@ -1580,6 +1580,19 @@ def layout_shapeless_k_short(capture: Capture) -> Capture:
     return capture
 
 
+def dw_ldc_below_rows(capture: Capture) -> Capture:
+    """Every GEMM that writes dW w_b0fc passes ldc one below the rows C stores (m): cuBLAS logs
+    the call, answers CUBLAS_STATUS_INVALID_VALUE and computes nothing, so the dW the optimizer
+    reads is whatever grad_buf held. The replay forgets C as for any GEMM; no snapshot shows
+    the difference."""
+    dw = capture.base("grad_buf") + 4 * capture.offset("w_b0fc")
+    calls = gemm_writing(capture, capture.main, dw)
+    assert calls, "no GEMM writes dW w_b0fc"
+    for call in calls:
+        set_gemm_int(call, "ldc", int(gemm_arg(call, "m")) - 1)
+    return capture
+
+
 def b1_forward_k_short(capture: Capture) -> Capture:
     """Branch 1's forward GEMMs (online and target) read k = SH2 + 1 of their SH2 + 2 columns:
     no K = SH2 signature, and without a layout file inference names neither operand's shape."""
@@ -1678,6 +1691,7 @@ LIES: dict[str, Lie] = {
     # GEMMs
     "layout-shapeless-fwd-k-sh2": (layout_shapeless_k_short, frozenset({"EGF001", "EGF011"}), True),
     "b1-fwd-k-short": (b1_forward_k_short, frozenset({"EGF001"}), False),
+    "dw-ldc-below-rows": (dw_ldc_below_rows, frozenset({"EGF001"}), False),
     # the capture's integrity
     "malformed-line-then-k-sh2": (malformed_line_then_k_short, REFUSED, False),
     "manifest-exit-139": (manifest_exit_139, INCOMPLETE, False),
