@@ -213,7 +213,10 @@ def refusal(args: dict[str, Any]) -> str | None:
     if "unbound" in args:
         return None
     shape = GemmShape.of(args)
-    shape = shape._replace(**{op: "T" for op in ("transa", "transb") if shape._asdict()[op] == "C"})
+    real = {"C": "T"}  # op C of a real matrix is op T
+    shape = shape._replace(
+        transa=real.get(shape.transa, shape.transa), transb=real.get(shape.transb, shape.transb)
+    )
     why = invalid_value(shape)
     ldd = args.get("ldd")
     if why is None and isinstance(ldd, int) and ldd < max(1, shape.m):
