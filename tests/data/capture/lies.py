@@ -1593,6 +1593,17 @@ def dw_ldc_below_rows(capture: Capture) -> Capture:
     return capture
 
 
+def column_gemm_ldc_below_rows(capture: Capture) -> Capture:
+    """Every one-column GEMM (n = 1: the bias gradients, dW of a bias as the batch's column sum
+    through a ones vector) passes ldc one below m. Its C box is one row whatever ldc is, so
+    every operand still spans its tensor: only cuBLAS's refusal shows that nothing ran."""
+    calls = [c for c in gemm_calls(capture.main) if gemm_arg(c, "n") == 1]
+    assert calls, "no one-column GEMM"
+    for call in calls:
+        set_gemm_int(call, "ldc", int(gemm_arg(call, "m")) - 1)
+    return capture
+
+
 def b1_forward_k_short(capture: Capture) -> Capture:
     """Branch 1's forward GEMMs (online and target) read k = SH2 + 1 of their SH2 + 2 columns:
     no K = SH2 signature, and without a layout file inference names neither operand's shape."""
@@ -1692,6 +1703,7 @@ LIES: dict[str, Lie] = {
     "layout-shapeless-fwd-k-sh2": (layout_shapeless_k_short, frozenset({"EGF001", "EGF011"}), True),
     "b1-fwd-k-short": (b1_forward_k_short, frozenset({"EGF001"}), False),
     "dw-ldc-below-rows": (dw_ldc_below_rows, frozenset({"EGF001"}), False),
+    "column-gemm-ldc-below-rows": (column_gemm_ldc_below_rows, frozenset({"EGF001"}), False),
     # the capture's integrity
     "malformed-line-then-k-sh2": (malformed_line_then_k_short, REFUSED, False),
     "manifest-exit-139": (manifest_exit_139, INCOMPLETE, False),
