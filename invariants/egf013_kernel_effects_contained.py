@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from egf_audit.capture.observed import observations, where
+from egf_audit.capture.spans import Spans
 from egf_audit.invariants.registry import (
     Invariant,
     Verdict,
@@ -16,7 +17,7 @@ from egf_audit.invariants.registry import (
 )
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
+    from egf_audit.capture.model import CaptureTrace, SnapshotRegion
     from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.effects import Effects
     from egf_audit.runtime.trace import Launch, Trace
@@ -116,6 +117,26 @@ NOT_DEEP = (
 )
 
 
+def _contradictions(ct: CaptureTrace, changed: dict[int, Spans]) -> list[str]:
+    """A launch whose snapshots of a region differ before and after it, while its effect shows
+    no change inside that region: the recorder saw one thing and wrote another."""
+    pairs: dict[tuple[int, str, int], dict[str, SnapshotRegion]] = {}
+    for s in ct.process.snapshots:
+        if s.when in ("before", "after"):
+            pairs.setdefault((s.launch, s.region, s.ptr), {})[s.when] = s
+    found = []
+    for (seq, region, ptr), pair in sorted(pairs.items()):
+        before, after = pair.get("before"), pair.get("after")
+        if before is None or after is None or before.hash == after.hash or seq not in changed:
+            continue
+        if not changed[seq].intersect(Spans.of([(ptr, ptr + 4 * after.elements)])).bytes:
+            found.append(
+                f"the capture contradicts itself: #{seq}'s snapshots of {region} differ before "
+                "and after it, and its effect shows no change there"
+            )
+    return found
+
+
 def check_capture(ct: CaptureTrace) -> Verdict:
     """A deep capture: every change the recorder saw after a kernel launch, memset or copy lies
     inside what that call may write (capture/observed.py); an undeep capture is UNDECIDED."""
@@ -140,6 +161,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
                 f"{label} wrote {where(ct, start, r.seq)} outside its declared write region "
                 f"({end - start} bytes changed there)"
             )
+    problems += _contradictions(ct, {o.record.seq: o.changed for o in observed})
     if problems:
         return failed_with(problems, calls_observed=len(observed))
     if not judged:
