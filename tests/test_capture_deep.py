@@ -117,16 +117,18 @@ def test_a_change_outside_the_declared_writes_is_named(deep, tmp_path):
     assert "sp14_scale_wire_col wrote target_params[2]" in v.summary
 
 
-def test_an_effect_that_hides_what_the_snapshots_show_changed_fails(deep, tmp_path):
-    """A polyak_ema whose target snapshots differ before and after it, its effect emptied: the
-    capture contradicts itself, and EGF013 says so instead of passing a call that changed
-    nothing (its other rules see only what changed)."""
+@pytest.mark.parametrize("region", ["target", "wire"])
+def test_an_effect_that_hides_what_the_snapshots_show_changed_fails(deep, tmp_path, region):
+    """A polyak_ema whose target snapshots (or a scale whose wire column's) differ before and
+    after it, its effect emptied: the capture contradicts itself, and EGF013 says so instead of
+    passing a call that changed nothing (its other rules see only what changed). The wire is a
+    column of the concat: the scale's body region gives the rows it lies in."""
     seen: dict[str, int] = {}
 
     def emptied(events):
         hashes: dict[tuple[int, str], dict[str, str]] = {}
         for e in events:
-            if e["ev"] == "snapshot" and e["region"] == "target" and e["when"] != "step_start":
+            if e["ev"] == "snapshot" and e["region"] == region and e["when"] != "step_start":
                 hashes.setdefault((e["launch"], e["region"]), {})[e["when"]] = e["hash"]
         seq = next(s for (s, _), h in sorted(hashes.items()) if h["before"] != h["after"])
         events[_first(events, ev="effect", launch=seq)]["changed"] = []
@@ -136,7 +138,7 @@ def test_an_effect_that_hides_what_the_snapshots_show_changed_fails(deep, tmp_pa
     v = _verdict(audit_capture(_edited(deep, tmp_path, emptied)), "EGF013")
     assert v.status == FAIL, v.summary
     assert v.summary.startswith(
-        f"the capture contradicts itself: #{seen['seq']}'s snapshots of target differ before "
+        f"the capture contradicts itself: #{seen['seq']}'s snapshots of {region} differ before "
         "and after it, and its effect shows no change there"
     ), v.summary
 
