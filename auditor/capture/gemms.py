@@ -22,7 +22,7 @@ import struct
 from typing import Any
 
 from egf_audit.capture.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
-from egf_audit.runtime.gemm_rules import GEMM_ARGS, INVALID_VALUE, GemmShape, invalid_value
+from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, invalid_value, ld_below_rows
 
 from .schema import ADDRESS_LIMIT, LOWEST_ADDRESS
 
@@ -219,6 +219,6 @@ def refusal(args: dict[str, Any]) -> str | None:
     )
     why = invalid_value(shape)
     ldd = args.get("ldd")
-    if why is None and isinstance(ldd, int) and ldd < max(1, shape.m):
-        why = f"{INVALID_VALUE}: ldd = {ldd} is below max(1, {shape.m}), the rows it stores"
+    if why is None and isinstance(ldd, int):
+        why = ld_below_rows("ldd", ldd, shape.m)
     return why

@@ -62,8 +62,16 @@ def invalid_value(shape: GemmShape) -> str | None:
     # the rows each column-major operand stores: A is m x k or k x m, B k x n or n x k, C m x n
     rows_stored = (m if transa == "N" else k, k if transb == "N" else n, m)
     for name, ld, rows in zip(GEMM_LDS, (lda, ldb, ldc), rows_stored, strict=True):
-        if ld < max(1, rows):
-            return f"{INVALID_VALUE}: {name} = {ld} is below max(1, {rows}), the rows it stores"
+        if (why := ld_below_rows(name, ld, rows)) is not None:
+            return why
+    return None
+
+
+def ld_below_rows(name: str, ld: int, rows: int) -> str | None:
+    """cuBLAS's rule for one leading dimension: at least the rows its column-major operand
+    stores, and at least 1 (a capture holds cuBLASLt's D to it too)."""
+    if ld < max(1, rows):
+        return f"{INVALID_VALUE}: {name} = {ld} is below max(1, {rows}), the rows it stores"
     return None
 
 

@@ -131,12 +131,18 @@ static int nonzero(const void *buf, size_t size) {
     return 0;
 }
 
+// an attribute of 8 bytes this model keeps: the bias pointer (8), the auxiliary matrix's
+// pointer (11) and leading dimension (12); 9 and 10 (batch strides) are not kept
+static int wide_attribute(int attr) {
+    return attr >= DESC_BIAS_POINTER && attr <= DESC_WIDE_LAST && attr != 9 && attr != 10;
+}
+
 EXPORT int cublasLtMatmulDescSetAttribute(MatmulDesc *desc, int attr, const void *buf, size_t size) {
     if (!desc || !buf) return INVALID_VALUE;
     if (attr >= 0 && attr < 8) {
         if (size != 4) return INVALID_VALUE;
         memcpy(&desc->attr[attr], buf, 4);
-    } else if (attr >= DESC_BIAS_POINTER && attr <= DESC_WIDE_LAST && attr != 9 && attr != 10) {
+    } else if (wide_attribute(attr)) {
         if (size != 8) return INVALID_VALUE;
         memcpy(&desc->wide[attr], buf, 8);
     } else if (nonzero(buf, size)) {
@@ -147,7 +153,7 @@ EXPORT int cublasLtMatmulDescSetAttribute(MatmulDesc *desc, int attr, const void
 
 EXPORT int cublasLtMatmulDescGetAttribute(MatmulDesc *desc, int attr, void *buf, size_t size,
                                           size_t *written) {
-    int wide = attr >= DESC_BIAS_POINTER && attr <= DESC_WIDE_LAST && attr != 9 && attr != 10;
+    int wide = wide_attribute(attr);
     if (!desc || attr < 0 || (attr >= 8 && !wide)) return INVALID_VALUE;
     size_t want = wide ? 8 : 4;
     if (written) *written = want;
