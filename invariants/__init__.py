@@ -21,7 +21,7 @@ from egf_audit.invariants.egf013_kernel_effects_contained import INVARIANT as EG
 from egf_audit.invariants.registry import FAIL, PASS, WARN, Invariant, Verdict
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.trace.audit_run import AuditRun
 
 INVARIANTS: tuple[Invariant, ...] = (
     EGF001,

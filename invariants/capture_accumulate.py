@@ -17,14 +17,13 @@ from egf_audit.invariants.capture_common import (
     value_problems,
 )
 from egf_audit.invariants.common import bit_mismatch
-from egf_audit.runtime.contract import DIR_DX
+from egf_audit.trace.contract import DIR_DX
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.trace import Launch
+    from egf_audit.trace.model import Launch, Trace
 
 
-def accumulate_problems(ct: CaptureTrace, x: Launch, d: Dims) -> list[str]:
+def accumulate_problems(ct: Trace, x: Launch, d: Dims) -> list[str]:
     """accumulate_d_h_s2_from_concat held to the contract: d_h_s2 from its start, rows = B,
     sh2 = SH2, d_concat the start of one branch's dX, ld_concat that dX's row width (SH2 + 1
     for the direction branch's, the width the layout gives for the others)."""
@@ -35,7 +34,7 @@ def accumulate_problems(ct: CaptureTrace, x: Launch, d: Dims) -> list[str]:
     if dx is None or dx.region is None:
         return problems  # an unnamed branch dX: only its own row stride is unknown
     width = d.concat_width if dx.region.buffer == DIR_DX else None
-    buffer = ct.layout.buffers.get(dx.region.buffer)
+    buffer = ct.capture.layout.buffers.get(dx.region.buffer)
     if width is None and buffer is not None and buffer.shaped and dx.tensor_shape is not None:
         width = dx.tensor_shape[2]
     if dx.region.offset != 0:
@@ -48,7 +47,7 @@ def accumulate_problems(ct: CaptureTrace, x: Launch, d: Dims) -> list[str]:
     return problems
 
 
-def accumulate_value_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bool]:
+def accumulate_value_problems(ct: Trace, x: Launch) -> tuple[list[str], bool]:
     """after == before + d_concat[:, :sh2] bitwise on every element (the kernel's own fp32
     add), from the snapshots around the launch; (problems, snapshotted)."""
     before, after = regions(ct, x, "before"), regions(ct, x, "after")

@@ -1,12 +1,13 @@
 """What the capture checks share: the contract every ABI launch's arguments are held to, who may
 write a buffer, and the snapshot regions the recorder took around a launch.
 
-A capture check reads one `CaptureTrace` (egf_audit.capture.model): the trainer's own
-launches as a `Trace`, the layout that named its pointers, its steps and call sites, and the
-recorder's snapshot regions. It never learns what process ran or which fault it has. Missing
-data follows the trace's convention: a query here raises `Missing`, naming what was absent, and
-the invariant's verdict is a FAIL that says so. UNDECIDED is returned by a check itself, only
-when the capture gives it nothing at all to judge.
+A capture check reads one `Trace` of the trace model (egf_audit.trace), the type the rebuild's
+recorder also gives: the trainer's own launches, their steps and call sites, and on
+`Trace.captured` what only a capture holds (the layout that named its pointers, the recorder's
+snapshot regions, the records the launches were made from). It never learns what process ran or
+which fault it has. Missing data follows the trace's convention: a query here raises `Missing`,
+naming what was absent, and the invariant's verdict is a FAIL that says so. UNDECIDED is
+returned by a check itself, only when the capture gives it nothing at all to judge.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from egf_audit.capture.evidence import observed_write
-from egf_audit.capture.model import HASH_FNV1A, HASH_MIX64
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
+from egf_audit.trace.model import Missing
+from egf_audit.trace.process import HASH_FNV1A, HASH_MIX64
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace, SnapshotRegion
-    from egf_audit.runtime.call_sites import Site
-    from egf_audit.runtime.trace import Launch
+    from egf_audit.trace.call_sites import Site
+    from egf_audit.trace.model import Launch, Trace
+    from egf_audit.trace.process import SnapshotRegion
 
 FNV_OFFSET = 1469598103934665603  # the earlier recorders' seed (fnv1a captures)
 FNV_PRIME = 0x100000001B3
@@ -55,27 +56,27 @@ class Dims:
         return self.SH2 + 1
 
 
-def dims_of(ct: CaptureTrace) -> Dims:
-    B, sh2 = ct.dim("B"), ct.dim("SH2")
+def dims_of(ct: Trace) -> Dims:
+    B, sh2 = ct.capture.dim("B"), ct.capture.dim("SH2")
     if B is None or sh2 is None:
         raise Missing("the capture names no B and SH2 (no layout dims, no decoded concat launch)")
-    return Dims(B, sh2, ct.dim("AUXK"))
+    return Dims(B, sh2, ct.capture.dim("AUXK"))
 
 
-def where(ct: CaptureTrace, pointer: object) -> str:
+def where(ct: Trace, pointer: object) -> str:
     """A pointer in words: `buffer[element]`, or that no named buffer holds it."""
     if not isinstance(pointer, int) or isinstance(pointer, bool):
         return f"{pointer!r} (not a pointer)"
-    found = ct.layout.resolve(pointer)
+    found = ct.capture.layout.resolve(pointer)
     if found is None:
         return "no named buffer"
     buffer, offset = found
     return f"{buffer.name}[{offset}]"
 
 
-def pointer_problem(ct: CaptureTrace, x: Launch, param: str, buffer: str) -> str | None:
+def pointer_problem(ct: Trace, x: Launch, param: str, buffer: str) -> str | None:
     """Why the pointer argument `param` is not the first element of `buffer`, or None."""
-    base = ct.layout.base_of(buffer)
+    base = ct.capture.layout.base_of(buffer)
     if base is None:
         raise Missing(f"no buffer {buffer} is named (by the layout file or by inference)")
     value = x.args.get(param)
@@ -109,7 +110,7 @@ def certainly_writes(x: Launch, buffer: str) -> bool:
     return any(b.writes and b.region is not None and b.region.buffer == buffer for b in x.bindings)
 
 
-def may_write(ct: CaptureTrace | None, x: Launch, buffer: str) -> bool:
+def may_write(ct: Trace | None, x: Launch, buffer: str) -> bool:
     """A declared write, or a kernel egf-audit does not know handed a pointer into `buffer`
     (access "?"), which can write anything it can reach from that pointer, unless the capture
     `ct` observed that it changed nothing of `buffer` (its deep effect or its guard)."""
@@ -132,19 +133,19 @@ def named(x: Launch, at: str = "") -> str:
 
 
 # ---- steps and call sites ----
-def site_launches(ct: CaptureTrace, site: Site) -> list[Launch]:
+def site_launches(ct: Trace, site: Site) -> list[Launch]:
     """The launches of one call site: from its begin to its last accumulate."""
-    return ct.trace.launches[site.begin : site.end + 1]
+    return ct.launches[site.begin : site.end + 1]
 
 
 def site_name(site: Site) -> str:
     return f"step {site.step} @{site.name}"
 
 
-def site_count_problems(ct: CaptureTrace) -> list[str]:
+def site_count_problems(ct: Trace) -> list[str]:
     """Steps whose number of backward_full call sites is not the trainer's (cql, main)."""
     per_step: dict[int, int] = {}
-    for site in ct.sites:
+    for site in ct.call_sites():
         per_step[site.step] = per_step.get(site.step, 0) + 1
     return [
         f"step {step}: {count} call sites (runs of accumulate launches), the trainer has "
@@ -155,18 +156,18 @@ def site_count_problems(ct: CaptureTrace) -> list[str]:
 
 
 # ---- snapshot regions ----
-def regions(ct: CaptureTrace, x: Launch, when: str) -> dict[str, SnapshotRegion]:
-    return ct.process.regions(ct.records[x.index].seq, when)
+def regions(ct: Trace, x: Launch, when: str) -> dict[str, SnapshotRegion]:
+    return ct.capture.process.regions(ct.capture.records[x.index].seq, when)
 
 
-def region(ct: CaptureTrace, x: Launch, when: str, name: str) -> SnapshotRegion:
+def region(ct: Trace, x: Launch, when: str, name: str) -> SnapshotRegion:
     found = regions(ct, x, when).get(name)
     if found is None:
         raise Missing(f"no {when} snapshot of {name} around {named(x)}")
     return found
 
 
-def snapshotted(ct: CaptureTrace, x: Launch) -> bool:
+def snapshotted(ct: Trace, x: Launch) -> bool:
     """The recorder took any snapshot around this launch."""
     return bool(regions(ct, x, "before") or regions(ct, x, "after"))
 
@@ -265,11 +266,11 @@ def _region_problems(r: SnapshotRegion, ptr: object, elements: int, ld: int, ski
     return ""
 
 
-def scale_views(ct: CaptureTrace) -> list[ScaleView]:
-    from egf_audit.runtime.contract import SCALE_KERNEL
+def scale_views(ct: Trace) -> list[ScaleView]:
+    from egf_audit.trace.contract import SCALE_KERNEL
 
     views = []
-    for x in ct.trace.kernels(SCALE_KERNEL):
+    for x in ct.kernels(SCALE_KERNEL):
         a = x.args
         rows, ld, index = a.get("rows", 0), a.get("ld", 0), a.get("isv_index", 0)
         before, after = regions(ct, x, "before"), regions(ct, x, "after")
@@ -308,7 +309,7 @@ def step_alphas(views: list[ScaleView]) -> dict[int, np.float32]:
     return out
 
 
-def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Launch, np.ndarray]:
+def wire_at_accumulate(ct: Trace, site: Site, wire_col: int) -> tuple[Launch, np.ndarray]:
     """The wire column of the dir dX as it was when the site's first accumulate that reads the
     buffer ran: what the gate left, whatever ran in between. The column is the contract's
     (column SH2 of sp14_d_dir_qaux_concat, B rows at row stride SH2 + 1), never the one the
@@ -316,10 +317,10 @@ def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Lau
     come from that accumulate's before-snapshot where it holds the whole buffer from its start,
     else from a deep capture's memory history just before it; neither is missing data."""
     from egf_audit.capture.memory import MemoryHistory, Request
-    from egf_audit.runtime.contract import ACCUMULATE_KERNEL, DIR_DX
+    from egf_audit.trace.contract import ACCUMULATE_KERNEL, DIR_DX
 
     rows, ld = dims_of(ct).B, wire_col + 1
-    base = ct.layout.base_of(DIR_DX)
+    base = ct.capture.layout.base_of(DIR_DX)
     if base is None:
         raise Missing(f"no buffer {DIR_DX} is named (by the layout file or by inference)")
     wires = np.arange(rows, dtype=np.int64) * ld + wire_col  # elements from the buffer's start
@@ -329,8 +330,8 @@ def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Lau
         r = regions(ct, x, "before").get("d_concat")
         if r is not None and r.ptr == base and r.elements >= rows * ld:  # the whole buffer
             return x, all_values(r, f"d_concat before {named(x)}")[wires]
-        before = ct.records[x.index].seq
-        got = MemoryHistory(ct.process).read([Request("wire", before, base, rows * ld * 4)])
+        before = ct.capture.records[x.index].seq
+        got = MemoryHistory(ct.capture.process).read([Request("wire", before, base, rows * ld * 4)])
         if isinstance(got["wire"], Missing):
             if (ld_arg := x.args.get("ld_concat", 0)) != ld:  # its snapshot is of its own rows
                 raise Missing(
@@ -344,6 +345,6 @@ def wire_at_accumulate(ct: CaptureTrace, site: Site, wire_col: int) -> tuple[Lau
     raise Missing(f"{site_name(site)}: no accumulate reads {DIR_DX}")
 
 
-def site_scale(ct: CaptureTrace, site: Site, views: list[ScaleView]) -> ScaleView | None:
+def site_scale(ct: Trace, site: Site, views: list[ScaleView]) -> ScaleView | None:
     inside = {x.index for x in site_launches(ct, site)}
     return next((v for v in views if v.launch.index in inside), None)

@@ -21,7 +21,7 @@ calls before N applied, none of N's):
 
 The Adam step count is the step's place in the process (1 for the first step): a trainer that
 starts fresh. The dims are the layout file's; the hyper-parameters are the contract's
-(kernels/CONTRACT.md, section 2; `CaptureTrace.hyper`).
+(kernels/CONTRACT.md, section 2; `Captured.hyper`).
 """
 
 from __future__ import annotations
@@ -31,21 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from egf_audit.capture.bindings import bindings_of
 from egf_audit.capture.memory import MemoryHistory, Request
-from egf_audit.capture.model import (
-    GEMM_KINDS,
-    Buffer,
-    CaptureLayout,
-    CaptureTrace,
-    Record,
-    SnapshotRegion,
-    bindings_of,
-)
 from egf_audit.capture.spans import Spans
 from egf_audit.oracle import model
 from egf_audit.oracle.inputs import NETS
-from egf_audit.runtime.config_view import ConfigDict, HyperView
-from egf_audit.runtime.contract import (
+from egf_audit.trace.buffers import ELEMENT_BYTES, Buffer, BufferLayout, CaptureLayout
+from egf_audit.trace.config_view import ConfigDict, HyperView
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     AFTER_BACKWARD,
     AFTER_FORWARD,
@@ -60,8 +53,8 @@ from egf_audit.runtime.contract import (
     STEP_END,
     STEP_START,
 )
-from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.trace import BufferLayout, Launch, Missing, Trace
+from egf_audit.trace.model import Launch, Missing, Trace
+from egf_audit.trace.process import GEMM_KINDS, Record, SnapshotRegion
 
 # the layout dims the oracle's shapes come from
 DIM_NAMES = ("B", "OBS", "SH1", "SH2", "AUXK", "ADV", "VALH", "A", "E", "N_ISV")
@@ -118,9 +111,9 @@ class CaptureConfig:
         return {"preset": self.preset, "seed": self.seed, "dims": {}, "hyper": {}}
 
 
-def capture_dims(ct: CaptureTrace) -> CaptureDims | str:
+def capture_dims(ct: Trace) -> CaptureDims | str:
     """The dims, or which of them the layout does not give."""
-    got = ct.layout.dims
+    got = ct.capture.layout.dims
     lacking = [name for name in DIM_NAMES if name not in got]
     if lacking:
         return f"no {', '.join(lacking)} in its dims"
@@ -188,12 +181,12 @@ def _handed(outer: CaptureLayout, r: Record) -> set[str]:
     return names
 
 
-def _changes(ct: CaptureTrace, r: Record) -> Spans:
+def _changes(ct: Trace, r: Record) -> Spans:
     """What a call was seen to change: a kernel's own effect; a GEMM's, the effects of the
     launches cuBLAS made inside it."""
-    calls = ct.made_inside().get(r.seq, []) if r.kind in GEMM_KINDS else [r]
+    calls = ct.capture.made_inside().get(r.seq, []) if r.kind in GEMM_KINDS else [r]
     return Spans.runs(
-        run for c in calls if (e := ct.process.effects.get(c.seq)) for run in e.changed
+        run for c in calls if (e := ct.capture.process.effects.get(c.seq)) for run in e.changed
     )
 
 
@@ -207,10 +200,10 @@ def _call_seq(r: Record) -> int:
     return r.within if r.within is not None and r.within >= 0 else r.seq
 
 
-def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) -> Placed:
+def place_step(ct: Trace, step: int, wanted: dict[str, tuple[str, ...]]) -> Placed:
     """The checkpoints of one step (module docstring); Missing where the step lacks a launch
     a checkpoint is placed by."""
-    records = [r for r, x in zip(ct.records, ct.trace.launches, strict=True) if x.step == step]
+    records = [r for r, x in zip(ct.capture.records, ct.launches, strict=True) if x.step == step]
     polyak = [r for r in records if r.kind == "kernel" and r.name == POLYAK_KERNEL]
     if not polyak:
         raise Missing(f"step {step} launched no {POLYAK_KERNEL}")
@@ -232,7 +225,7 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
     rebuild = max(
         (i for i in range(backward[0]) if records[i].name == CONCAT_KERNEL), default=scale
     )
-    outer = ct.layout.outermost()
+    outer = ct.capture.layout.outermost()
     updated = [outer.buffers[name] for name in UPDATED if name in outer.buffers]
     optimizer = next(
         (
@@ -277,21 +270,21 @@ def place_step(ct: CaptureTrace, step: int, wanted: dict[str, tuple[str, ...]]) 
     return Placed(step, before)
 
 
-def _layout(ct: CaptureTrace) -> dict[str, BufferLayout]:
-    layout = ct.layout.as_trace_layout()
+def _layout(ct: Trace) -> dict[str, BufferLayout]:
+    layout = ct.capture.layout.as_trace_layout()
     for name in INT32_BUFFERS:
         if name in layout:
             layout[name]["dtype"] = "i32"
     return layout
 
 
-def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str], int]:
+def oracle_trace(ct: Trace, steps: list[int]) -> tuple[Trace, list[str], int]:
     """A Trace holding, for each step that can be placed, its checkpoints (as launches, with
     the Adam step count) and their snapshots rebuilt from the memory history; the problems of
     the steps that cannot be placed and of snapshot regions the history contradicts; and how
     many regions the history was checked against."""
     wanted = oracle_buffers()
-    trace = Trace(ct.trace.scenario, "capture", _layout(ct))
+    trace = Trace(ct.scenario, "capture", _layout(ct))
     problems: list[str] = []
     requests: list[Request] = []
     placed: list[Placed] = []
@@ -304,14 +297,16 @@ def oracle_trace(ct: CaptureTrace, steps: list[int]) -> tuple[Trace, list[str], 
         placed.append(p)
         for checkpoint, reads in p.before.items():
             for name, seq in reads.items():
-                b = ct.layout.buffers[name]
+                b = ct.capture.layout.buffers[name]
                 key = f"{step}|{checkpoint}|{name}"
                 requests.append(Request(key, seq, b.base, b.size * ELEMENT_BYTES))
-    regions = [r for r in ct.process.snapshots if r.complete and r.rows <= 1 and r.values.size]
+    regions = [
+        r for r in ct.capture.process.snapshots if r.complete and r.rows <= 1 and r.values.size
+    ]
     for i, r in enumerate(regions):
         before = r.launch + 1 if r.when == "after" else r.launch
         requests.append(Request(f"snapshot|{i}", before, r.ptr, r.values.size * 4))
-    got = MemoryHistory(ct.process).read(requests)
+    got = MemoryHistory(ct.capture.process).read(requests)
     checked, disagree = _snapshot_disagreements(regions, got)
     problems += disagree
     for p in placed:
@@ -353,7 +348,7 @@ def _snapshot_disagreements(
     return checked, problems
 
 
-def unnamed_buffers(ct: CaptureTrace) -> list[str]:
+def unnamed_buffers(ct: Trace) -> list[str]:
     """The buffers the oracle reads that the layout does not name."""
     wanted = {name for names in oracle_buffers().values() for name in names}
-    return sorted(wanted - set(ct.layout.buffers))
+    return sorted(wanted - set(ct.capture.layout.buffers))

@@ -1,5 +1,5 @@
 """Which tensor each GEMM of an SP14 trainer's capture reads and writes, against the contract's
-table (egf_audit.runtime.contract_gemms): EGF001's operand-identity rule.
+table (egf_audit.trace.contract_gemms): EGF001's operand-identity rule.
 
 A capture's GEMMs carry no labels, so each is matched by role, not by position: the tensor it
 writes (C, or cuBLASLt's D; each batch of a batched call on its own) picks the contract entries
@@ -27,12 +27,12 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from egf_audit.invariants.capture_common import where
-from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS, ContractGemm, TensorRef
-from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.trace.buffers import ELEMENT_BYTES
+from egf_audit.trace.contract_gemms import CONTRACT_GEMMS, ContractGemm, TensorRef
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureLayout, CaptureTrace
-    from egf_audit.runtime.trace import Binding, Launch
+    from egf_audit.trace.buffers import CaptureLayout
+    from egf_audit.trace.model import Binding, Launch, Trace
 
 
 def tensor_address(layout: CaptureLayout, ref: TensorRef) -> int | None:
@@ -56,7 +56,7 @@ def _batches(x: Launch) -> dict[str, dict[str, Binding]]:
     return out
 
 
-def _named(ct: CaptureTrace, b: Binding) -> str:
+def _named(ct: Trace, b: Binding) -> str:
     """An operand's tensor in words: `buffer.tensor`, `buffer` for its own tensor, else where
     its pointer lands."""
     if b.region is not None and b.tensor is not None:
@@ -71,13 +71,13 @@ BUFFERS = frozenset(ref.buffer for g in CONTRACT_GEMMS for ref in (g.a, g.b, g.c
 class _Roles:
     """The contract table placed in one process's layout."""
 
-    def __init__(self, ct: CaptureTrace) -> None:
+    def __init__(self, ct: Trace) -> None:
         self.ct = ct
         self.address = {
             ref: a
             for g in CONTRACT_GEMMS
             for ref in (g.a, g.b, g.c)
-            if (a := tensor_address(ct.layout, ref)) is not None
+            if (a := tensor_address(ct.capture.layout, ref)) is not None
         }
         self.writers: dict[int, list[ContractGemm]] = {}
         for g in CONTRACT_GEMMS:
@@ -92,7 +92,7 @@ class _Roles:
         return [r for r in g.reads if self.address.get(r) in left]
 
     def _buffer_at(self, address: int) -> str | None:
-        found = self.ct.layout.resolve(address)
+        found = self.ct.capture.layout.resolve(address)
         return None if found is None else found[0].name
 
     def judge(self, x: Launch, written: set[str] | None) -> str | None:
@@ -157,16 +157,16 @@ def _writes(x: Launch) -> tuple[set[str], bool]:
     return placed, x.kind == "sgemm" and any(b.region is None for b in wrote)
 
 
-def role_problems(ct: CaptureTrace) -> dict[int, str]:
+def role_problems(ct: Trace) -> dict[int, str]:
     """Each GEMM of an SP14 trainer's capture whose operands are not the contract's tensors, or
     that reads a contract GEMM's output before its step wrote it: launch index -> the problem
     (the module docstring says how GEMMs are matched)."""
-    if not ct.sp14:
+    if not ct.capture.sp14:
         return {}
     roles = _Roles(ct)
     found: dict[int, str] = {}
     written: dict[int, set[str] | None] = {}  # by step; None: a write that cannot be placed
-    for x in ct.trace.launches:
+    for x in ct.launches:
         so_far = written.setdefault(x.step, set())
         if x.kind == "sgemm" and x.bindings and "unbound" not in x.args:
             problem = roles.judge(x, so_far)

@@ -1,6 +1,6 @@
 """What the invariant checks share: which traces to read, and the bitwise and evidence helpers.
 
-Missing data has one convention: the trace's queries (egf_audit.runtime.trace) raise `Missing`
+Missing data has one convention: the trace's queries (egf_audit.trace.model) raise `Missing`
 naming what was absent, and `evaluate()` turns it into a FAIL whose evidence says so. A check
 therefore reads straight through. Nothing else is caught: any other exception is a bug in
 egf-audit and surfaces as one (exit 3).
@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from egf_audit.runtime.contract import AFTER_LOSSES, ALPHA_GRAD_SMOOTHED_INDEX, ISV
-from egf_audit.runtime.trace import Missing, tensor_table
+from egf_audit.trace.buffers import tensor_table
+from egf_audit.trace.contract import AFTER_LOSSES, ALPHA_GRAD_SMOOTHED_INDEX, ISV
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.audit_run import AuditRun, Scenario
-    from egf_audit.runtime.trace import Launch, Region, Trace
+    from egf_audit.trace.audit_run import AuditRun, Scenario
+    from egf_audit.trace.model import Launch, Region, Trace
 
 AUDITED_KINDS = ("production", "replay")  # the scenarios that run the trainer's own step
 MAX_LISTED = 20  # failures listed in the evidence; the total is always given

@@ -21,13 +21,11 @@ from egf_audit.invariants.gemm_spans import (
 from egf_audit.invariants.launch_shape import launch_shape_problem
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
-from egf_audit.runtime.memory import ELEMENT_BYTES
-from egf_audit.runtime.trace import buffer_size
+from egf_audit.trace.buffers import ELEMENT_BYTES, buffer_size
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Binding, Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Binding, Launch, Trace
 
 
 class OffendingLaunches(TypedDict):
@@ -154,13 +152,13 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 # ---- the same invariant on a capture of the trainer's process ----
 def _capture_operand_problem(
-    ct: CaptureTrace, x: Launch, b: Binding, op: GemmOperand | None, at: int
+    ct: Trace, x: Launch, b: Binding, op: GemmOperand | None, at: int
 ) -> str | None:
     """The rebuild's operand rule where the capture named the operand's tensor (whole rows of it
     in a process that is no SP14 trainer); a flat allocation the layout gives no shape, or an
     operand no name covers, is judged by its span of the allocation holding it (the span from
     the GEMM's own arguments)."""
-    if b.region is None or (not ct.sp14 and b.in_bounds and b.tensor_shape is None):
+    if b.region is None or (not ct.capture.sp14 and b.in_bounds and b.tensor_shape is None):
         # no name covers it (in a process that is no SP14 trainer, a part of a named buffer
         # that no tensor names is no finding either): its span of its allocation, and the
         # slices its own batch stride implies
@@ -168,13 +166,13 @@ def _capture_operand_problem(
             return None
         found = allocation_problem(ct, b.pointer, op.extent_bytes, at)
         return found or implied_slice_problem(x.args, b.role.partition("[")[0], op.box)
-    buffer = ct.layout.buffers.get(b.region.buffer)
+    buffer = ct.capture.layout.buffers.get(b.region.buffer)
     if b.in_bounds and b.tensor_shape is None and buffer is not None and not buffer.shaped:
         return None
     shape = None if buffer is None or b.tensor is None else buffer.shapes.get(b.tensor)
     if b.in_bounds and b.tensor_shape is not None and shape is not None:
         return slice_problem(b.region, b.tensor_shape, shape, b.tensor)
-    if not ct.sp14 and b.in_bounds and b.tensor_shape is not None:
+    if not ct.capture.sp14 and b.in_bounds and b.tensor_shape is not None:
         return rows_problem(b.region, b.tensor_shape, b.tensor)
     return _extent_problem(b)
 
@@ -184,16 +182,16 @@ def b_extent(b: Binding) -> int:
     return 0 if b.region is None else b.region.last - b.region.offset
 
 
-def _undecided_operand(ct: CaptureTrace, b: Binding, at: int) -> bool:
+def _undecided_operand(ct: Trace, b: Binding, at: int) -> bool:
     """An operand in no named buffer: judged by its allocation in a process that is no SP14
     trainer (that is all such a check claims), undecided in an SP14 trainer (whose claim is
     its tensor's exact span) and wherever no recorded allocation holds it."""
     if b.region is not None:
         return False
-    return ct.sp14 or allocation_of(ct, b.pointer, at) is None
+    return ct.capture.sp14 or allocation_of(ct, b.pointer, at) is None
 
 
-def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
+def _group(ct: Trace, x: Launch, b: Binding) -> bool:
     """A memset's or copy's end that spans whole named buffers (a group allocated together),
     ending where its last buffer ends, or that is its whole allocation; a copy whose other end
     lies inside one named buffer moves one buffer, and is held to it."""
@@ -204,8 +202,8 @@ def _group(ct: CaptureTrace, x: Launch, b: Binding) -> bool:
         o is not b and o.region is not None and o.in_bounds for o in x.bindings
     ):
         return False
-    reach = whole_buffers(ct.layout, pointer, pointer + size)
-    held = allocation_of(ct, pointer, ct.records[x.index].seq)
+    reach = whole_buffers(ct.capture.layout, pointer, pointer + size)
+    held = allocation_of(ct, pointer, ct.capture.records[x.index].seq)
     whole = held is not None and (pointer, size) == (held.address, held.bytes)
     return reach is not None and (reach == pointer + size or whole)
 
@@ -214,14 +212,14 @@ def _finding(x: Launch, operand: str, problem: str) -> dict[str, Any]:
     return dict(launch=x.index, step=x.step, label=x.label, operand=operand, problem=problem)
 
 
-def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
+def _memory_problems(ct: Trace) -> list[dict[str, Any]]:
     """Every memset, copy and kernel region outside its buffer or its allocation, and every
     trainer's launch of a kernel of egf-audit's table short of the threads it needs."""
     bad = []
-    for x in ct.trace.launches:
+    for x in ct.launches:
         if x.kind == "sgemm":
             continue
-        record = ct.records[x.index]
+        record = ct.capture.records[x.index]
         at = record.seq
         if record.decoded and record.within is None and (shape := launch_shape_problem(x)):
             bad.append(_finding(x, "launch shape", shape))
@@ -244,7 +242,7 @@ def _memory_problems(ct: CaptureTrace) -> list[dict[str, Any]]:
     return bad
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """What the capture shows of EGF001: every GEMM's operands, of every entry point and every
     batch, against the tensors the layout (or inference) names, with the same rule as the
     rebuild (in a process that is no SP14 trainer: whole rows of the named tensor); an operand
@@ -252,9 +250,9 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     every kernel, memset and copy region inside its buffer and allocation. In an SP14 trainer,
     UNDECIDED only for GEMMs whose operands no layout names (listed): give a layout file to
     decide them; in any other process an operand no name covers is judged by its allocation."""
-    sh2 = ct.dim("SH2")
-    gemms = list(ct.trace.sgemms())
-    if not gemms and ct.sp14:
+    sh2 = ct.capture.dim("SH2")
+    gemms = list(ct.sgemms())
+    if not gemms and ct.capture.sp14:
         return failed("the process recorded no cuBLAS GEMM at all", gemms=0)
     bad: list[dict[str, Any]] = []
     unnamed: list[dict[str, Any]] = []
@@ -273,7 +271,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             continue
         operands = {op.role: op for op in gemm_operands(x.args)}
         problem = k_sh2_signature(x, sh2)
-        at = ct.records[x.index].seq
+        at = ct.capture.records[x.index].seq
         for b in x.bindings:
             if problem is None:
                 p = _capture_operand_problem(ct, x, b, operands.get(b.role), at)
@@ -284,7 +282,11 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             bad.append(facts | {"problem": problem})
         elif any(_undecided_operand(ct, b, at) for b in x.bindings):
             roles = [b.role for b in x.bindings if _undecided_operand(ct, b, at)]
-            where = "no named buffer" if ct.sp14 else "no named buffer and no recorded allocation"
+            where = (
+                "no named buffer"
+                if ct.capture.sp14
+                else "no named buffer and no recorded allocation"
+            )
             unnamed.append(facts | {"why": f"operands {', '.join(roles)} land in {where}"})
     bad_launches = _memory_problems(ct)
     counts = {
@@ -311,7 +313,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
             "span their tensors",
             **counts,
         )
-    if not ct.sp14:
+    if not ct.capture.sp14:
         return passed(
             f"{len(gemms)} GEMMs keep every operand of every batch inside its allocation, and "
             "whole rows of its tensor where the layout names one; kernel, memset and copy "

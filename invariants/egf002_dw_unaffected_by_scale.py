@@ -8,19 +8,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from egf_audit.capture.evidence import guard_changes
-from egf_audit.capture.model import GEMM_KINDS
 from egf_audit.capture.observed import calls_changing, observations
 from egf_audit.capture.spans import Spans, Unbounded, box_ranges, declared
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
-from egf_audit.invariants.registry import (
-    Invariant,
-    Verdict,
-    failed,
-    failed_with,
-    passed,
-    undecided,
-)
-from egf_audit.runtime.contract import (
+from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
+from egf_audit.trace.buffers import tensor_table
+from egf_audit.trace.contract import (
     AFTER_BACKWARD,
     AFTER_FORWARD,
     AUX_DOWN_INDEX,
@@ -28,12 +21,13 @@ from egf_audit.runtime.contract import (
     REPLAYED_STEP,
     SCALE_KERNEL,
 )
-from egf_audit.runtime.trace import Missing, tensor_table
+from egf_audit.trace.model import Missing
+from egf_audit.trace.process import GEMM_KINDS
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace, Record
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Launch, Trace
+    from egf_audit.trace.process import Record
 
 
 def writes_dw_w_b0fc(trace: Trace) -> bool:
@@ -134,9 +128,9 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
-def _dw_w_b0fc(ct: CaptureTrace) -> tuple[Spans, int] | None:
+def _dw_w_b0fc(ct: Trace) -> tuple[Spans, int] | None:
     """The bytes of grad_buf's w_b0fc and its row width, where the layout names them."""
-    grad = ct.layout.buffers.get("grad_buf")
+    grad = ct.capture.layout.buffers.get("grad_buf")
     spec = grad.tensors.get("w_b0fc") if grad is not None else None
     if grad is None or spec is None:
         return None
@@ -205,7 +199,7 @@ def dw_flow_problems(
 
 
 def _captured_calls(
-    ct: CaptureTrace, records: list[Record], dw: Spans, changed: dict[int, Spans]
+    ct: Trace, records: list[Record], dw: Spans, changed: dict[int, Spans]
 ) -> list[FlowCall]:
     """A capture's records of one step as the flow reads them: declared writes, and what each
     call was seen to change (deep, or a guarded unknown kernel)."""
@@ -293,7 +287,7 @@ def _rebuild_calls(trace: Trace, step: int, base: dict[str, int]) -> list[FlowCa
     return calls
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """Data flow, step by step: every element of dW w_b0fc is written by the step's GEMMs, none
     of which read an element whose last writer was the scale, and no element of it holds the
     scale's output when the step ends. Writes are the calls' declared regions, and in a deep
@@ -307,26 +301,28 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         )
     dw, cols = found
     changed: dict[int, Spans] = {}
-    if ct.process.deep:
+    if ct.capture.process.deep:
         observed, missing = observations(ct)
         if missing:
             return failed_with([f"missing data: {m}" for m in missing])
         changed = calls_changing(observed)
     else:  # what each guarded launch changed in what it was handed: its writes there are known
         changed = guard_changes(ct)
-    steps = ct.steps()
+    steps = ct.site_steps()
     if not steps:
         return failed("no training step reached its polyak_ema: no dW w_b0fc to follow")
     problems: list[str] = []
     unplaced: list[str] = []
     for step in steps:
-        records = [r for r, x in zip(ct.records, ct.trace.launches, strict=True) if x.step == step]
+        records = [
+            r for r, x in zip(ct.capture.records, ct.launches, strict=True) if x.step == step
+        ]
         calls = _captured_calls(ct, records, dw, changed)
         step_problems, step_unplaced = dw_flow_problems(calls, dw, cols, step)
         problems += step_problems
         unplaced += step_unplaced
-    writes = "declared and observed (--deep)" if ct.process.deep else "declared"
-    if ct.process.guards:
+    writes = "declared and observed (--deep)" if ct.capture.process.deep else "declared"
+    if ct.capture.process.guards:
         writes += " and, for kernels egf-audit does not know, observed (guards)"
     if problems:
         return failed_with(problems, writes=writes, unplaced=unplaced)

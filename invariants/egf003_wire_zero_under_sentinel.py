@@ -42,7 +42,7 @@ from egf_audit.invariants.registry import (
     undecided,
 )
 from egf_audit.invariants.wire_gate import expected_wire
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     AFTER_INJECT,
     AFTER_SCALE,
@@ -54,13 +54,12 @@ from egf_audit.runtime.contract import (
     SITES,
     site_checkpoint,
 )
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.call_sites import Site
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.call_sites import Site
+    from egf_audit.trace.model import Trace
 
 
 class WireNotZero(SiteFinding, total=False):
@@ -170,7 +169,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
-def gate_problems(ct: CaptureTrace, views: list[ScaleView]) -> list[str]:
+def gate_problems(ct: Trace, views: list[ScaleView]) -> list[str]:
     """What every scale launch must show before its values mean anything, whatever its gate:
     the contract's arguments (EGF008's rule, so the snapshot is of the wire column SH2 of
     [B, SH2 + 1]) and its own snapshots. EGF003 and EGF004 both report these."""
@@ -193,7 +192,7 @@ class GateSites:
     sites: list[Site]  # the sites of the steps whose gate the check judges
 
 
-def gate_sites(ct: CaptureTrace, judged: Callable[[np.float32], bool]) -> Verdict | GateSites:
+def gate_sites(ct: Trace, judged: Callable[[np.float32], bool]) -> Verdict | GateSites:
     """What EGF003 and EGF004 start from: a FAIL when no scale launch ran, UNDECIDED when none
     was snapshotted, else the sites of the steps whose ISV[393] `judged` accepts."""
     views = scale_views(ct)
@@ -201,17 +200,17 @@ def gate_sites(ct: CaptureTrace, judged: Callable[[np.float32], bool]) -> Verdic
         return failed(f"no {SCALE_KERNEL} launch: the wire is never gated")
     if not any(v.alpha is not None or v.wire_after is not None for v in views):
         return undecided(f"the capture has no snapshots around {SCALE_KERNEL} (--snapshot)")
-    if not ct.sites:
+    if not ct.call_sites():
         return failed(
             f"{SCALE_KERNEL} runs but no {ACCUMULATE_KERNEL} launch: no call site shows where the "
             "gated wire goes"
         )
     alphas = step_alphas(views)
-    sites = [site for site in ct.sites if site.step in alphas and judged(alphas[site.step])]
+    sites = [site for site in ct.call_sites() if site.step in alphas and judged(alphas[site.step])]
     return GateSites(views, gate_problems(ct, views), dims_of(ct), sites)
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """At every call site of every step whose scale read ISV[393] = 0.0, the wire column is +0.0
     on every row where the site's accumulate reads the dir dX (its snapshot, all values; the
     rebuild reads it right after the scale), the site's scale left +0.0 on every row (the

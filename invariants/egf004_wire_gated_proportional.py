@@ -35,7 +35,7 @@ from egf_audit.invariants.registry import (
 )
 from egf_audit.invariants.wire_gate import expected_wire
 from egf_audit.oracle.inputs import StepSnapshots, device
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     AFTER_BACKWARD_FULL,
     AFTER_INJECT,
     AFTER_SCALE,
@@ -44,12 +44,11 @@ from egf_audit.runtime.contract import (
     SITES,
     site_checkpoint,
 )
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Trace
 
 
 class NotGated(SiteFinding, total=False):
@@ -146,7 +145,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """At every call site of every step whose scale read 0 < ISV[393] <= 1: the site's scale
     made the wire fl(alpha * g) bitwise on every row (all values are needed: a capture cut
     short by --values-max is missing data), touched no other column, and the site's accumulate

@@ -29,7 +29,7 @@ from egf_audit.invariants.polyak import (
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.oracle.inputs import device, flat_snapshot
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     AFTER_BACKWARD,
     AFTER_LOSSES,
     BEFORE_POLYAK,
@@ -41,12 +41,11 @@ from egf_audit.runtime.contract import (
     TARGET_FORWARD_BEGIN,
     TARGET_FORWARD_END,
 )
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Launch, Trace
 
 
 def _is_backward_buffer(buffer: str) -> bool:
@@ -65,7 +64,7 @@ def _read_buffers(x: Launch) -> list[str]:
     return [b.region.buffer for b in x.bindings if b.reads and b.region is not None]
 
 
-def target_write(ct: CaptureTrace | None, x: Launch, proven: bool) -> str | None:
+def target_write(ct: Trace | None, x: Launch, proven: bool) -> str | None:
     """EGF005's rule for who writes the target net, for the rebuild's launches and a capture's
     alike (the trainer's initial copy is its caller's to leave out): None where `x` is Polyak or
     writes nothing of target_params; "declared" where it declares a write there (a kernel's
@@ -270,7 +269,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """Write sets first: no launch but polyak_ema declares a write of target_params (the
     launches before the first GEMM initialise it); a kernel egf-audit does not know, handed a
     pointer into it, may write it, and passes only where the step's snapshots prove the target
@@ -279,10 +278,10 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     start is the previous Polyak's result, and unchanged until this step's Polyak (by the
     recorder's hashes over every element). UNDECIDED only when no Polyak was snapshotted and
     the write sets show nothing wrong."""
-    polyaks = list(ct.trace.kernels(POLYAK_KERNEL))
+    polyaks = list(ct.kernels(POLYAK_KERNEL))
     if not polyaks:
         return failed(f"no {POLYAK_KERNEL} launch: the target net is never updated")
-    if TARGET not in ct.layout.buffers or "params" not in ct.layout.buffers:
+    if TARGET not in ct.capture.layout.buffers or "params" not in ct.capture.layout.buffers:
         raise Missing("target_params and params are not named (layout file or polyak_ema)")
     net = net_elements(ct)
     problems = [f"{named(x)}: {p}" for x in polyaks for p in polyak_argument_problems(ct, x, net)]
@@ -301,8 +300,8 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         )
     chained, proven = target_chain_problems(ct, polyaks, bool(snapshotted))
     problems += chained
-    first_gemm = next((x.index for x in ct.trace.sgemms()), len(ct.trace.launches))
-    for x in ct.trace.launches:
+    first_gemm = next((x.index for x in ct.sgemms()), len(ct.launches))
+    for x in ct.launches:
         # before the first GEMM the trainer initialises: the target's first copy of the online
         # net, by a copy, a memset or a kernel of its own (CuPy's `target[...] = params`)
         if x.index < first_gemm:

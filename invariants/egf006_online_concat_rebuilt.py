@@ -27,7 +27,8 @@ from egf_audit.invariants.registry import (
     passed,
 )
 from egf_audit.oracle.inputs import StepSnapshots, device, flat_snapshot
-from egf_audit.runtime.contract import (
+from egf_audit.runtime.gemm_rules import contraction
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     AFTER_FORWARD,
     AUX_DOWN_INDEX,
@@ -37,14 +38,12 @@ from egf_audit.runtime.contract import (
     SITES,
     at_site,
 )
-from egf_audit.runtime.gemm_rules import contraction
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.call_sites import Site
-    from egf_audit.runtime.trace import Binding, Launch, Region, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.call_sites import Site
+    from egf_audit.trace.model import Binding, Launch, Region, Trace
 
 SOFTMAX = "aux_nb_softmax_buf"
 
@@ -152,7 +151,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def _start_problem(ct: CaptureTrace | None, x: Launch, param: str, buffer: str) -> str | None:
+def _start_problem(ct: Trace | None, x: Launch, param: str, buffer: str) -> str | None:
     """Why the pointer argument `param` of `x` is not the first element of `buffer`, or None: a
     capture's pointer through its layout, the rebuild's through the binding its recorder made
     (the same place: the kernel table's region at that pointer)."""
@@ -166,7 +165,7 @@ def _start_problem(ct: CaptureTrace | None, x: Launch, param: str, buffer: str) 
     return f"{param} points at {where}, not at the start of {buffer}"
 
 
-def concat_problems(ct: CaptureTrace | None, x: Launch, online: bool, d: Dims) -> list[str]:
+def concat_problems(ct: Trace | None, x: Launch, online: bool, d: Dims) -> list[str]:
     """sp14_dir_concat_qaux held to the contract: it writes the start of the scratch with rows =
     B, sh2 = SH2, auxk = AUXK, up_idx = 2, down_idx = 0; the online rebuild reads save_h_s2 and
     aux_nb_softmax_buf from their starts."""
@@ -175,7 +174,7 @@ def concat_problems(ct: CaptureTrace | None, x: Launch, online: bool, d: Dims) -
     if online:
         wanted += [("h_s2", "save_h_s2"), ("aux_softmax", SOFTMAX)]
     for param, buffer in wanted:
-        if ct is not None and buffer not in ct.layout.buffers and param == "aux_softmax":
+        if ct is not None and buffer not in ct.capture.layout.buffers and param == "aux_softmax":
             continue  # inference names the softmax from this very argument
         if (p := _start_problem(ct, x, param, buffer)) is not None:
             problems.append(p)
@@ -195,7 +194,7 @@ def _dw_of_dir(x: Launch) -> Binding | None:
 
 
 def site_concat_problems(
-    ct: CaptureTrace | None, launches: list[Launch], site: Site, d: Dims
+    ct: Trace | None, launches: list[Launch], site: Site, d: Dims
 ) -> list[str]:
     """EGF006's one rule for a call site, for the rebuild's launches and a capture's alike: its
     d = 0 dW GEMM (the last one contracting the concat scratch over its rows) reads all
@@ -240,26 +239,27 @@ def _flow_problems(run: AuditRun, mode: str) -> list[str]:
     return problems
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """At every call site the d = 0 dW GEMM (the one contracting the concat scratch over its
     rows) reads all B x (SH2 + 1) of it, and the last launch that writes, or may write, the
     scratch before that GEMM is sp14_dir_concat_qaux on the online save_h_s2 with every
     argument as the contract says. The values themselves are not captured: where the rebuild
     compares bits, the capture proves the data flow."""
-    if not ct.sites:  # a process audited for its ABI launches whose backward never ran
+    if not ct.call_sites():  # a process audited for its ABI launches whose backward never ran
         return failed(f"no {ACCUMULATE_KERNEL} launch: no call site, no d = 0 dW GEMM to judge")
     d = dims_of(ct)
     problems = []
-    for site in ct.sites:
-        problems += site_concat_problems(ct, ct.trace.launches, site, d)
-    for x in ct.trace.kernels(CONCAT_KERNEL):
+    for site in ct.call_sites():
+        problems += site_concat_problems(ct, ct.launches, site, d)
+    for x in ct.kernels(CONCAT_KERNEL):
         problems += [f"{named(x)}: {p}" for p in concat_problems(ct, x, False, d)]
     if problems:
-        return failed_with(sorted(set(problems), key=problems.index), sites=len(ct.sites))
+        return failed_with(sorted(set(problems), key=problems.index), sites=len(ct.call_sites()))
     return passed(
-        f"at all {len(ct.sites)} call sites the d = 0 dW GEMM reads the whole online rebuild "
-        f"of the concat ({CONCAT_KERNEL} on save_h_s2, every argument as the contract says)",
-        sites=len(ct.sites),
+        f"at all {len(ct.call_sites())} call sites the d = 0 dW GEMM reads the whole "
+        f"online rebuild of the concat ({CONCAT_KERNEL} on save_h_s2, every argument as the "
+        "contract says)",
+        sites=len(ct.call_sites()),
     )
 
 

@@ -46,7 +46,7 @@ from egf_audit.invariants.trunk_entry import (
     trunk_entry,
 )
 from egf_audit.oracle.inputs import device, flat_snapshot
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     BEFORE_BACKWARD_FULL,
     BRANCHES,
@@ -54,13 +54,12 @@ from egf_audit.runtime.contract import (
     SITES,
     site_checkpoint,
 )
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.call_sites import Site
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.call_sites import Site
+    from egf_audit.trace.model import Launch, Trace
 
 
 def _first_backward_full_launch(trace: Trace, step: int, site: str) -> Launch:
@@ -87,7 +86,7 @@ def _accumulates_into(x: Launch) -> bool:
     return c is not None and c.access == "rw" and x.args.get("beta") == 1.0
 
 
-def zeroing(ct: CaptureTrace | None, window: Sequence[Launch], n: int) -> Zeroing:
+def zeroing(ct: Trace | None, window: Sequence[Launch], n: int) -> Zeroing:
     """EGF007's one rule for a call site's zero baseline, for the rebuild's launches and a
     capture's alike. `window` is the site's launches from after the previous site's last
     accumulate (or the step's start) up to its own first accumulate: there the last memset of 0
@@ -108,7 +107,7 @@ def zeroing(ct: CaptureTrace | None, window: Sequence[Launch], n: int) -> Zeroin
 
 def _site_window(trace: Trace, found: Site | None) -> list[Launch]:
     """The rebuild's window for `zeroing`, as a capture's: the call site's launches (cut by
-    runtime/call_sites.py) up to its first accumulate; none where the cut found no such site."""
+    trace/call_sites.py) up to its first accumulate; none where the cut found no such site."""
     return [] if found is None else trace.launches[found.begin : found.first_accumulate]
 
 
@@ -251,7 +250,7 @@ def check(run: AuditRun, mode: str) -> Verdict:
 
 
 # ---- the same invariant on a capture of the trainer's process ----
-def _zeroing_problems(ct: CaptureTrace, window: list[Launch], at: str, n: int) -> list[str]:
+def _zeroing_problems(ct: Trace, window: list[Launch], at: str, n: int) -> list[str]:
     """The rebuild's rule on the site's own window (after the previous site's last accumulate,
     or the step's first GEMM): a memset of 0 over all of d_h_s2 there, and every write after
     the last such memset, up to the first accumulate, accumulates (a GEMM with beta = 1): a
@@ -263,7 +262,7 @@ def _zeroing_problems(ct: CaptureTrace, window: list[Launch], at: str, n: int) -
     return problems
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """Per call site of the capture: the zeroing inside the site's own window (never the
     allocation's memset), every accumulate's arguments, one accumulate per branch (the four
     branches' dX, each once, the direction branch's among them), every step with both call
@@ -271,15 +270,15 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     rebuild recomputes needs the aux and value dX, which a capture does not keep: its parts
     are the accumulates checked here. UNDECIDED never: with no accumulate snapshot the values
     part fails as missing only when other accumulates were snapshotted."""
-    if not ct.sites:  # a process audited for its ABI launches whose backward never ran
+    if not ct.call_sites():  # a process audited for its ABI launches whose backward never ran
         return failed(f"no {ACCUMULATE_KERNEL} launch: no branch's dX reaches d_h_s2")
     d = dims_of(ct)
-    if "d_h_s2" not in ct.layout.buffers:
+    if "d_h_s2" not in ct.capture.layout.buffers:
         raise Missing("d_h_s2 is not named (layout file or accumulate launch)")
     n = d.B * d.SH2
     problems = site_count_problems(ct)
     accumulates, snapshotted = [], 0
-    for site in ct.sites:
+    for site in ct.call_sites():
         at = site_name(site)
         launches = site_launches(ct, site)
         window = launches[: site.first_accumulate - site.begin]
@@ -297,7 +296,7 @@ def check_capture(ct: CaptureTrace) -> Verdict:
                 f"{at}: accumulates {len(set(sources))} branches' dX, the trainer has "
                 f"{len(BRANCHES)} ({', '.join(BRANCHES)})"
             )
-        if ct.layout.base_of(DIR_DX) not in sources:
+        if ct.capture.layout.base_of(DIR_DX) not in sources:
             problems.append(f"{at}: no accumulate reads {DIR_DX}")
     for x in accumulates:
         try:
@@ -309,13 +308,13 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     if 0 < snapshotted < len(accumulates):
         missing = len(accumulates) - snapshotted
         problems.append(f"{missing} of {len(accumulates)} accumulate launches have no snapshots")
-    evidence = {"sites": len(ct.sites), "accumulates": len(accumulates)}
+    evidence = {"sites": len(ct.call_sites()), "accumulates": len(accumulates)}
     evidence["accumulates_snapshotted"] = snapshotted
     if problems:
         return failed_with(problems, **evidence)
     values = "each result bitwise d_h_s2 + d_concat[:, :SH2]" if snapshotted else "no values kept"
     return passed(
-        f"at all {len(ct.sites)} call sites d_h_s2 is zeroed inside the site before "
+        f"at all {len(ct.call_sites())} call sites d_h_s2 is zeroed inside the site before "
         f"backward_full and each branch's dX[:, :SH2] is accumulated once ({values})",
         **evidence,
     )

@@ -27,7 +27,7 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     ALPHA_GRAD_SMOOTHED_INDEX,
     DIR_DX,
@@ -37,10 +37,9 @@ from egf_audit.runtime.contract import (
 )
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.call_sites import Site
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.call_sites import Site
+    from egf_audit.trace.model import Launch, Trace
 
 
 class SiteAt(TypedDict):
@@ -147,7 +146,7 @@ def _scale_facts(
 
 
 def site_failure(
-    launches: Sequence[Launch], rows: int, sh2: int, where: SiteAt, ct: CaptureTrace | None = None
+    launches: Sequence[Launch], rows: int, sh2: int, where: SiteAt, ct: Trace | None = None
 ) -> tuple[NotGated | None, str]:
     """(failure or None, label of the gating scale launch) of one call site's launches, in
     order: its d = 0 dX SGEMM, then a scale that gates the wire, then the first accumulate that
@@ -264,16 +263,16 @@ def _words(failure: NotGated) -> str:
     return f"no {SCALE_KERNEL} gates {DIR_DX} between its dX GEMM and its first accumulate"
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """Each call site of the capture (cut by convert.py's site model) judged by `site_failure`,
     the rebuild's rule; every step must have both call sites."""
-    if not ct.sites:  # a process audited for its ABI launches whose backward never ran
+    if not ct.call_sites():  # a process audited for its ABI launches whose backward never ran
         return failed(f"no {ACCUMULATE_KERNEL} launch: no call site, none gated")
     d = dims_of(ct)
     problems = site_count_problems(ct)
     failures: list[NotGated] = []
     gated: list[Gated] = []
-    for site in ct.sites:
+    for site in ct.call_sites():
         where: SiteAt = {"step": site.step, "site": site.name}
         failure, label = site_failure(site_launches(ct, site), d.B, d.SH2, where, ct)
         if failure:
@@ -284,8 +283,9 @@ def check_capture(ct: CaptureTrace) -> Verdict:
     if problems:
         return failed_with(problems, **listed(failures), gated=gated)
     return passed(
-        f"each of {len(ct.sites)} call sites scales {DIR_DX}[:, SH2] by ISV[393] between its "
-        "d = 0 dX GEMM and its first accumulate, with every scale argument as the contract says",
+        f"each of {len(ct.call_sites())} call sites scales {DIR_DX}[:, SH2] by ISV[393] between "
+        "its d = 0 dX GEMM and its first accumulate, with every scale argument as the contract "
+        "says",
         **listed([]),
         gated=gated,
     )

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.model import bindings_of
+from egf_audit.capture.bindings import bindings_of
 from egf_audit.invariants.common import (
     describe,
     in_step,
@@ -24,12 +24,13 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.trace import Trace, tensor_table
+from egf_audit.trace.buffers import tensor_table
+from egf_audit.trace.model import Trace
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Binding, BufferLayout, Launch
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.buffers import BufferLayout
+    from egf_audit.trace.model import Binding, Launch, Trace
 
 ADAM_ROLES = {"param": "params", "grad": "grad_buf", "m": "adam_m", "v": "adam_v"}
 SN_PREFIX = "spectral_norm:"
@@ -266,28 +267,28 @@ def check(run: AuditRun, mode: str) -> Verdict:
 CAPTURE_TABLES = ("params", "adam_m", "adam_v", "sn_state")
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """The same check on a capture, where the trainer updates per tensor with the ABI's
     adam_update and names its optimizer state in the layout file; otherwise UNDECIDED."""
-    adv, sh2 = ct.dim("ADV"), ct.dim("SH2")
-    lacking = [b for b in CAPTURE_TABLES if b not in ct.layout.buffers]
+    adv, sh2 = ct.capture.dim("ADV"), ct.capture.dim("SH2")
+    lacking = [b for b in CAPTURE_TABLES if b not in ct.capture.layout.buffers]
     if adv is None or sh2 is None or lacking:
         what = "no ADV and SH2 in its dims" if adv is None or sh2 is None else ", ".join(lacking)
         return undecided(
             f"the layout does not name the optimizer state ({what}): Adam's m/v slices and the "
             "spectral-norm vectors cannot be placed"
         )
-    updates_seen = any(r.kind == "kernel" and r.name == "adam_update" for r in ct.records)
-    steps_run = ct.steps()
+    updates_seen = any(r.kind == "kernel" and r.name == "adam_update" for r in ct.capture.records)
+    steps_run = ct.site_steps()
     if not steps_run:
         return failed("no training step reached its polyak_ema: no update to judge")
     # judged against the allocation-level buffers: a view the layout names inside params (or
     # another state table) is not the table an Adam slice must sit on
-    outer = ct.layout.outermost()
-    trace = Trace(ct.trace.scenario, ct.trace.backend, outer.as_trace_layout())
+    outer = ct.capture.layout.outermost()
+    trace = Trace(ct.scenario, ct.backend, outer.as_trace_layout())
     trace.launches = [
         dataclasses.replace(x, bindings=bindings_of(outer, r))
-        for x, r in zip(ct.trace.launches, ct.records, strict=True)
+        for x, r in zip(ct.launches, ct.capture.records, strict=True)
     ]
     return judge(trace, steps_run, adv, sh2 + 1, _touches_sn_vector, updates_seen)
 

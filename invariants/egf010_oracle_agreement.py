@@ -15,12 +15,11 @@ from egf_audit.invariants.capture_oracle import (
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
 from egf_audit.oracle.compare import OracleReport, compare_step
 from egf_audit.oracle.tensor_checks import ABS_TOL, REL_TOL, TensorCheck
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
+from egf_audit.trace.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, SCALE_KERNEL
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Trace
 
 # The replays the oracle models as they are: the gate forced to 0.37 and to 1. The skip-scale
 # replay removes the gate on purpose and the nonfinite replay injects dX values no model
@@ -173,12 +172,12 @@ def agreement(
     )
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """The same comparison on a deep capture with values: each step the trainer ran, its
     checkpoints rebuilt from the memory history (invariants/capture_oracle.py). UNDECIDED where
     the capture is not deep or kept no values, or the layout does not name what the oracle
     reads; a byte the history cannot vouch for, or a step it cannot place, fails."""
-    proc = ct.process
+    proc = ct.capture.process
     if not proc.deep:
         return undecided(
             "the capture is not deep: the oracle needs the step's tensors whole at its "
@@ -195,18 +194,18 @@ def check_capture(ct: CaptureTrace) -> Verdict:
         shown = ", ".join(lacking[:MAX_LISTED]) + (" ..." if len(lacking) > MAX_LISTED else "")
         what = dims if isinstance(dims, str) else f"{len(lacking)} buffers it reads: {shown}"
         return undecided(f"the layout does not name what the oracle reads ({what})")
-    steps = sorted({x.step for x in ct.trace.kernels(POLYAK_KERNEL)})
+    steps = sorted({x.step for x in ct.kernels(POLYAK_KERNEL)})
     if not steps:
         return failed("no training step reached its polyak_ema: no step to compare")
     trace, problems, checked = oracle_trace(ct, steps)
-    unfinished = [x for x in ct.trace.launches if x.step > steps[-1] and x.name in BACKWARD_KERNELS]
+    unfinished = [x for x in ct.launches if x.step > steps[-1] and x.name in BACKWARD_KERNELS]
     if unfinished:
         problems.append(
             f"step {steps[-1] + 1} ran its backward ({len(unfinished)} launches of "
             f"{' or '.join(BACKWARD_KERNELS)}) and reached no {POLYAK_KERNEL}: it cannot be "
             "compared, and a capture that ends in it is not judged by its earlier steps alone"
         )
-    config = CaptureConfig(dims, ct.hyper)
+    config = CaptureConfig(dims, ct.capture.hyper)
     reports = [compare_step(trace, step, config) for step in trace.training_steps()]
     return agreement(
         reports,

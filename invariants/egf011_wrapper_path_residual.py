@@ -27,7 +27,7 @@ from egf_audit.invariants.registry import (
     undecided,
     warned,
 )
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     DIR_CONCAT,
     DIR_DX,
     WRAPPER_AFTER,
@@ -35,12 +35,11 @@ from egf_audit.runtime.contract import (
     WRAPPER_FULL,
     WRAPPER_SCENARIO,
 )
-from egf_audit.runtime.trace import Binding, Launch, Missing
+from egf_audit.trace.model import Binding, Launch, Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Trace
 
 GROWN = "w_b0fc"  # the weight B.8 grew to [ADV, SH2 + 1]
 
@@ -210,15 +209,15 @@ def check(run: AuditRun, mode: str) -> Verdict:
     )
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """On a capture the trainer's own step is production: any GEMM on the K = SH2 path fails.
     Judged by the rebuild's rule, `k_sh2_path`: the operands' spans where the layout names
     w_b0fc or the dir concat, the arguments' K = SH2 signature where they stay unnamed."""
-    sh2 = ct.dim("SH2")
+    sh2 = ct.capture.dim("SH2")
     if sh2 is None:
         return undecided("no sp14_dir_concat_qaux launch and no layout dims: SH2 unknown")
     hits: list[dict[str, object]] = []
-    for x in ct.trace.sgemms():
+    for x in ct.sgemms():
         ops, signature = k_sh2_path(x, sh2)
         short = [b.role for b in ops]
         if short or signature:

@@ -28,7 +28,7 @@ from egf_audit.invariants.common import (
     writes_element,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     AFTER_LOSSES,
     ALPHA_GRAD_SMOOTHED_INDEX,
     GATE_PROBE_PREFIX,
@@ -40,9 +40,8 @@ from egf_audit.runtime.contract import (
 )
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Launch, Trace
 
 NONFINITE_INPUTS = ("nan", "inf")
 
@@ -226,7 +225,7 @@ def _value(alpha: SupportsFloat | None) -> float | None:
     return None if alpha is None else float(alpha)
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """The gate every scale launch read (its `alpha` snapshot) is finite and in [0, 1]. A scale
     launch without that snapshot fails, when others have one; UNDECIDED only when no scale was
     snapshotted. The producer's own inputs and the value before any producer are not visible

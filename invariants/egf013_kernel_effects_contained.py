@@ -17,10 +17,10 @@ from egf_audit.invariants.registry import (
 )
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace, SnapshotRegion
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.effects import Effects
-    from egf_audit.runtime.trace import Launch, Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.effects import Effects
+    from egf_audit.trace.model import Launch, Trace
+    from egf_audit.trace.process import SnapshotRegion
 
 MAX_LISTED = 20  # findings listed in the evidence; the summary counts them all
 
@@ -117,11 +117,11 @@ NOT_DEEP = (
 )
 
 
-def _contradictions(ct: CaptureTrace, changed: dict[int, Spans]) -> list[str]:
+def _contradictions(ct: Trace, changed: dict[int, Spans]) -> list[str]:
     """A launch whose snapshots of a region differ before and after it, while its effect shows
     no change inside that region: the recorder saw one thing and wrote another."""
     pairs: dict[tuple[int, str, int], dict[str, SnapshotRegion]] = {}
-    for s in ct.process.snapshots:
+    for s in ct.capture.process.snapshots:
         if s.when in ("before", "after"):
             pairs.setdefault((s.launch, s.region, s.ptr), {})[s.when] = s
     found = []
@@ -142,10 +142,10 @@ def _contradictions(ct: CaptureTrace, changed: dict[int, Spans]) -> list[str]:
     return found
 
 
-def check_capture(ct: CaptureTrace) -> Verdict:
+def check_capture(ct: Trace) -> Verdict:
     """A deep capture: every change the recorder saw after a kernel launch, memset or copy lies
     inside what that call may write (capture/observed.py); an undeep capture is UNDECIDED."""
-    if not ct.process.deep:
+    if not ct.capture.process.deep:
         return undecided(NOT_DEEP)
     observed, problems = observations(ct)
     problems = [f"missing data: {p}" for p in problems]

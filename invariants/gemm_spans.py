@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, contraction, gemm_operand_boxes
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.trace import Launch, Region
+    from egf_audit.trace.model import Launch, Region
 
 
 def span_problem(r: Region, tensor_shape: tuple[int, int, int], tensor: str | None) -> str | None:

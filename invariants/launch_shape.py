@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from egf_audit.kernels import KERNELS_BY_NAME
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.trace import Launch
+    from egf_audit.trace.model import Launch
 
 Dim3 = tuple[int, int, int]
 

@@ -10,17 +10,16 @@ import torch
 
 from egf_audit.invariants.capture_common import all_values, named, pointer_problem, regions
 from egf_audit.invariants.common import json_float
-from egf_audit.runtime.contract import POLYAK_TAU, TARGET
+from egf_audit.trace.contract import POLYAK_TAU, TARGET
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.trace import Launch
+    from egf_audit.trace.model import Launch, Trace
 
 MAX_POLYAK_ULP = 2
 PAD_ELEMENTS = 64  # floats in the 256-byte granule an allocator rounds a buffer up to
 
 
-def polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> list[str]:
+def polyak_argument_problems(ct: Trace, x: Launch, net: int | None) -> list[str]:
     """polyak_ema(target, online, tau, n) held to the contract: target is the start of
     target_params, online the start of params, n the whole net (the layout's parameter table's
     extent, or it rounded up to a 256-byte granule, where it gives one; else both buffers'
@@ -37,7 +36,7 @@ def polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> li
     # n is the whole net: the parameter table's extent, or (a trainer that allocates its
     # parameter buffers in 256-byte granules) that extent rounded up to 64 floats; both buffers
     # of that size. Without a table: both buffers' size.
-    sizes = {ct.layout.buffers[TARGET].size, ct.layout.buffers["params"].size}
+    sizes = {ct.capture.layout.buffers[TARGET].size, ct.capture.layout.buffers["params"].size}
     room = min(sizes)
     allowed = {max(sizes)} if net is None else {net, -(-net // PAD_ELEMENTS) * PAD_ELEMENTS}
     n = x.args.get("n")
@@ -47,7 +46,7 @@ def polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> li
             f"n = {n}, the whole net is {words} elements (target_params and params hold "
             f"{' and '.join(str(z) for z in sorted(sizes))})"
         )
-    tau, stated = x.args.get("tau"), ct.layout.dims.get("tau")
+    tau, stated = x.args.get("tau"), ct.capture.layout.dims.get("tau")
     expected = POLYAK_TAU if stated is None else stated
     whose = "the preset's (the layout states no dims.tau)" if stated is None else "the layout's"
     if not isinstance(tau, float) or np.float32(tau) != np.float32(expected):
@@ -55,10 +54,10 @@ def polyak_argument_problems(ct: CaptureTrace, x: Launch, net: int | None) -> li
     return problems
 
 
-def net_elements(ct: CaptureTrace) -> int | None:
+def net_elements(ct: Trace) -> int | None:
     """The parameter table's extent, where the layout file gives one (param_offsets)."""
-    params = ct.layout.buffers.get("params")
-    if params is None or not ct.layout.from_file or not params.shaped:
+    params = ct.capture.layout.buffers.get("params")
+    if params is None or not ct.capture.layout.from_file or not params.shaped:
         return None
     ends = [offset + rows * cols for offset, rows, cols in params.tensors.values()]
     return max(ends) if ends and "params" not in params.tensors else None
@@ -115,7 +114,7 @@ def first_and_count(mask: torch.Tensor) -> torch.Tensor:
     return torch.stack([first, mask.sum()]).double()
 
 
-def polyak_snapshot_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bool]:
+def polyak_snapshot_problems(ct: Trace, x: Launch) -> tuple[list[str], bool]:
     """(problems, snapshotted) of one Polyak launch's own snapshots, values included."""
     before, after = regions(ct, x, "before"), regions(ct, x, "after")
     if not before and not after:
@@ -147,19 +146,19 @@ def polyak_snapshot_problems(ct: CaptureTrace, x: Launch) -> tuple[list[str], bo
 
 
 # ---- the target from step to step, by the recorder's hashes (a capture) ----
-def _step_start_hashes(ct: CaptureTrace) -> dict[int, str]:
+def _step_start_hashes(ct: Trace) -> dict[int, str]:
     """The recorder's hash of target_params at the first launch of each step after the first
     (it snapshots the last Polyak's target again there), by step."""
-    position = {r.seq: i for i, r in enumerate(ct.records)}
+    position = {r.seq: i for i, r in enumerate(ct.capture.records)}
     out = {}
-    for s in ct.process.snapshots:
+    for s in ct.capture.process.snapshots:
         if s.when == "step_start" and s.region == "target" and s.launch in position:
-            out[ct.trace.launches[position[s.launch]].step] = s.hash
+            out[ct.launches[position[s.launch]].step] = s.hash
     return out
 
 
 def target_chain_problems(
-    ct: CaptureTrace, polyaks: list[Launch], snapshotted: bool
+    ct: Trace, polyaks: list[Launch], snapshotted: bool
 ) -> tuple[list[str], set[int]]:
     """(problems, the steps proven): at each step's start the target is its previous Polyak's
     result, and it is unchanged until this step's Polyak (the recorder's hashes over every

@@ -3,11 +3,12 @@
 text that `egf-audit explain`, the audit document and the JUnit failure all print (what it
 proves, why, how, the bug it catches, its known limits, an example), and a check.
 
-A check is a pure function of the finished `AuditRun` (traces, snapshots, config) and a mode.
-It never learns which fault, if any, is active. An entry may also hold a capture check: the same
-invariant judged on a capture of the trainer's own process (egf_audit.capture.model),
-with the same definitions (tolerance, call-site model, verdict type); where a capture cannot
-show what the invariant needs, `capture_undecidable` says why.
+A check is a pure function of the finished `AuditRun` (traces, snapshots, config) and a mode. It
+never learns which fault, if any, is active. An entry may also hold a capture check: the same
+invariant judged on a capture of the trainer's own process: the same `Trace` type
+(egf_audit.trace), with what only a capture holds on `Trace.captured`, and the same definitions
+(tolerance, call-site model, verdict type); where a capture cannot show what the invariant
+needs, `capture_undecidable` says why.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from egf_audit.invariant_text import TEXT_FIELDS, InvariantText
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
-    from egf_audit.runtime.audit_run import AuditRun
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Trace
 
 PASS, FAIL, WARN = "pass", "fail", "warn"
 # a capture gave the check nothing to judge (documented per invariant: `capture_undecidable`
@@ -62,7 +63,7 @@ class Invariant(InvariantText):
     holds_as: str = PASS  # a correct pipeline's status: PASS, or WARN for a documented residual
     reads: tuple[str, ...] = ("launches", "snapshots")  # what of a trace the check needs
     # ---- the same invariant on a capture of the trainer's process ----
-    capture: Callable[[CaptureTrace], Verdict] | None = None
+    capture: Callable[[Trace], Verdict] | None = None
     capture_undecidable: str = ""  # why a capture cannot decide it, when `capture` is None
     # its capture check needs no SP14 name, so it judges any captured process (one that
     # launched no ABI kernel too); every other invariant is not applicable to such a process
@@ -80,10 +81,10 @@ class Invariant(InvariantText):
         except Missing as exc:
             return failed(f"missing data: {exc}", missing=str(exc))
 
-    def capture_verdict(self, ct: CaptureTrace) -> Verdict:
+    def capture_verdict(self, ct: Trace) -> Verdict:
         """The capture check's verdict, with the same missing-data convention; UNDECIDED with
         `capture_undecidable` where the invariant has no capture check."""
-        if not ct.sp14 and not self.any_process:
+        if not ct.capture.sp14 and not self.any_process:
             return not_applicable(
                 "the process launched none of the SP14 ABI kernels: this invariant is about "
                 "the SP14 wiring"

@@ -11,12 +11,12 @@ import torch
 
 from egf_audit.invariants.common import json_float
 from egf_audit.oracle.inputs import StepSnapshots, device
-from egf_audit.runtime.contract import BRANCHES, DIR_DX, STEP_START, TRUNK_ENTRY, site_checkpoint
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.contract import BRANCHES, DIR_DX, STEP_START, TRUNK_ENTRY, site_checkpoint
+from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.trace import Trace
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.model import Trace
 
 UNIT_ROUNDOFF = 2.0**-24  # fp32
 FP32_TINY = float(np.finfo(np.float32).tiny)

@@ -11,7 +11,7 @@ from typing import Any
 
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
-from egf_audit.runtime.trace import Binding, Launch
+from egf_audit.trace.model import Binding, Launch
 
 # How the trainer names offsets into its flat buffers (poff_w_b0fc, goff_w_b0fc, ...).
 OFFSET_PREFIX = {"params": "poff", "target_params": "poff", "grad_buf": "goff"}

@@ -15,7 +15,8 @@ from egf_audit.invariants import Result
 from egf_audit.reports.json_report import jsonable
 from egf_audit.reports.model import AuditReport, Gate
 from egf_audit.runtime.kernel_sources import KernelSource
-from egf_audit.runtime.trace import Trace, tensor_table
+from egf_audit.trace.buffers import tensor_table
+from egf_audit.trace.model import Trace
 
 # The kernel whose output an invariant judges, for a failure whose evidence names no kernel.
 KERNEL_JUDGED_BY = {

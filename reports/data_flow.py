@@ -11,7 +11,7 @@ from __future__ import annotations
 from egf_audit.invariants.registry import FAIL
 from egf_audit.reports.model import AuditReport
 from egf_audit.reports.wire_status import first, reference_trace, wire_status
-from egf_audit.runtime.trace import Trace
+from egf_audit.trace.model import Trace
 
 BROKEN_STYLE = "stroke:#d00,stroke-width:3px,color:#d00"
 

@@ -19,7 +19,7 @@ from egf_audit.reports.markdown import code, table
 from egf_audit.reports.model import STATUS_LABEL, AuditReport, verdict_line
 from egf_audit.reports.timeline import SITE_TITLES, STEPS, site_timeline
 from egf_audit.reports.wire_status import ROW_STATUS, reference_mode, reference_trace, wire_status
-from egf_audit.runtime.trace import Launch, Trace
+from egf_audit.trace.model import Launch, Trace
 
 TITLE = "# SP14 DQN wire-up audit"
 

@@ -14,13 +14,13 @@ from egf_audit.invariants.undecided import CAPTURE, why_allowed
 from egf_audit.reports.undecided_words import ALLOWED_UNDECIDED, undecided_reason
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import NamedBuffer
     from egf_audit.invariants import Result
     from egf_audit.invariants.registry import Invariant
-    from egf_audit.runtime.audit_run import AuditRun
-    from egf_audit.runtime.config_view import ConfigView
     from egf_audit.runtime.cublas_witness import WitnessDict
     from egf_audit.runtime.kernel_sources import KernelSet
+    from egf_audit.trace.audit_run import AuditRun
+    from egf_audit.trace.buffers import NamedBuffer
+    from egf_audit.trace.config_view import ConfigView
 
 NOT_RUN = "not run"
 STATUS_LABEL = {

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     AFTER_ACCUMULATE,
     AFTER_BACKWARD_FULL,
     AFTER_SCALE,
     BEFORE_BACKWARD_FULL,
     site_checkpoint,
 )
-from egf_audit.runtime.trace import Launch, Trace
+from egf_audit.trace.model import Launch, Trace
 
 STEPS = {
     1: "`sp14_dir_concat_qaux(save_h_s2)` rebuilds the online concat",

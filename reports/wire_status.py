@@ -18,7 +18,7 @@ from egf_audit.invariants.egf001_gemm_k_matches_lda import names_offenders
 from egf_audit.invariants.registry import FAIL, PASS, WARN
 from egf_audit.reports.bindings import operand
 from egf_audit.reports.model import NOT_RUN, AuditReport
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     NON_PIPELINE_PREFIXES,
     SITES,
     TARGET_FORWARD_BEGIN,
@@ -26,7 +26,7 @@ from egf_audit.runtime.contract import (
     WRAPPER_PREFIX,
     WRAPPER_SCENARIO,
 )
-from egf_audit.runtime.trace import Launch, Trace
+from egf_audit.trace.model import Launch, Trace
 
 ROW_STATUS = {
     PASS: "✅ holds",

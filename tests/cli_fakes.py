@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from egf_audit import invariants
 from egf_audit.cli.app import app
 from egf_audit.invariants.registry import PASS, Verdict
-from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.scenarios import mutants as mutants_module
 from egf_audit.scenarios.mutants import FaultResult, MutantsResult
+from egf_audit.trace.audit_run import AuditRun
 
 REAL_INVARIANTS = invariants.INVARIANTS
 CODES = [inv.code for inv in REAL_INVARIANTS]

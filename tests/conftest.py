@@ -25,9 +25,9 @@ from hypothesis import settings
 
 if TYPE_CHECKING:
     from egf_audit.pipeline.config import Config
-    from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.backends.base import Backend
     from egf_audit.runtime.kernel_sources import KernelSet
+    from egf_audit.trace.audit_run import AuditRun
 
 # The CPU backend's GEMMs are tiny; on a busy 2-core CI runner OpenMP's default busy-waiting
 # makes them ~30x slower (idle threads spin against the other processes). Passive waiting

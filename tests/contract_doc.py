@@ -50,7 +50,7 @@ def dims() -> str:
 
 
 def hyper() -> str:
-    from egf_audit.runtime.hyper import Hyper
+    from egf_audit.trace.hyper import Hyper
 
     rows = [[f"`{f.name}`", f.default] for f in dataclasses.fields(Hyper)]
     return _table(["hyper-parameter", "value"], rows)
@@ -104,7 +104,7 @@ def invariants() -> str:
 
 
 def gemms() -> str:
-    from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS
+    from egf_audit.trace.contract_gemms import CONTRACT_GEMMS
 
     rows = [[f"`{g.label}`", f"`{g.a}`", f"`{g.b}`", f"`{g.c}`"] for g in CONTRACT_GEMMS]
     return _table(["GEMM (label stem)", "reads (A)", "reads (B)", "writes (C)"], rows)

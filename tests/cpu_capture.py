@@ -39,8 +39,9 @@ from standin import trainer as standin
 from egf_audit.capture.build import SOURCES as RECORDER_SOURCES
 from egf_audit.kernels import KernelSpec
 from egf_audit.runtime.backends import select_backend
-from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
-from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
+from egf_audit.runtime.guards import CANARY_BITS, GUARD_ELEMENTS
+from egf_audit.runtime.memory import BufferSpec
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
 VALUES_MAX = 1 << 22  # the recorder's default (EGF_CAPTURE_VALUES_MAX unset)

@@ -37,23 +37,28 @@ ALLOWED: dict[str, set[str]] = {
     "invariant_text": set(),  # the invariants' texts, read without importing the checks
     "small_files": {"errors"},  # reading a --config or settings file that cannot block
     "kernels": set(),
-    "runtime": {"kernels"},
-    "pipeline": {"runtime", "kernels"},
-    "oracle": {"runtime"},
-    "invariants": {"capture", "runtime", "oracle", "kernels"},
-    "reports": {"invariants", "capture", "runtime", "kernels"},
+    # the trace model: what the rebuild's recorder and the capture's reader both produce and
+    # the invariants read (launches, bindings, effects, snapshots, steps, call sites, the
+    # evidence only a capture holds), with the contract's names and the config view
+    "trace": set(),
+    "runtime": {"trace", "kernels"},
+    "pipeline": {"runtime", "trace", "kernels"},
+    "oracle": {"runtime", "trace"},
+    "invariants": {"capture", "runtime", "trace", "oracle", "kernels"},
+    "reports": {"invariants", "capture", "runtime", "trace", "kernels"},
     # writes files: the commands' rooms share it, the renderers (reports) never reach the disk
     "outputs": set(),
-    "scenarios": {"pipeline", "runtime", "invariants", "kernels"},
-    "bench": {"pipeline", "runtime", "oracle", "reports", "outputs", "kernels"},
+    "scenarios": {"pipeline", "runtime", "trace", "invariants", "kernels"},
+    "bench": {"pipeline", "runtime", "trace", "oracle", "reports", "outputs", "kernels"},
     # the trainer's process: the recorder, the reader and what a read capture is, below the
     # invariants that judge it (cli/capture_audit.py runs them); the stand-in trainer that ran
     # the pipeline and the fault catalogue is a script of the tests (tests/standin/)
-    "capture": {"runtime", "outputs", "kernels"},
+    "capture": {"runtime", "trace", "outputs", "kernels"},
     "cli": {
         "scenarios",
         "pipeline",
         "runtime",
+        "trace",
         "invariants",
         "oracle",
         "reports",
@@ -62,7 +67,7 @@ ALLOWED: dict[str, set[str]] = {
         "bench",
         "capture",
     },
-    "entry": {"cli", "runtime"},
+    "entry": {"cli", "runtime", "trace"},
     "__main__": {"entry"},
 }
 LEAVES = {"egf_audit", "errors", "invariant_text", "small_files"}
@@ -198,7 +203,9 @@ def test_no_layer_imports_one_that_imports_it_back():
         ("egf_audit.pipeline.step", "egf_audit.scenarios.audit", "pipeline may not import"),
         ("egf_audit.invariants.common", "egf_audit.pipeline.config", "invariants may not import"),
         ("egf_audit.oracle.compare", "egf_audit.pipeline.step", "oracle may not import"),
-        ("egf_audit.runtime.trace", "egf_audit.pipeline.layout", "runtime may not import"),
+        ("egf_audit.trace.model", "egf_audit.pipeline.layout", "trace may not import"),
+        ("egf_audit.trace.captured", "egf_audit.capture.events", "trace may not import"),
+        ("egf_audit.runtime.recorder", "egf_audit.pipeline.layout", "runtime may not import"),
         ("egf_audit.reports.github", "egf_audit.outputs.atomic", "reports may not import"),
         ("egf_audit.outputs.atomic", "egf_audit.reports.github", "outputs may not import"),
     ],
@@ -216,12 +223,10 @@ def test_an_import_made_when_a_command_runs_counts():
 
 def test_a_planted_cycle_is_caught():
     graph = import_graph()
-    graph["egf_audit.runtime.trace"] = graph["egf_audit.runtime.trace"] | {
-        "egf_audit.runtime.recorder"
-    }
+    graph["egf_audit.trace.model"] = graph["egf_audit.trace.model"] | {"egf_audit.runtime.recorder"}
     cycle = find_cycle(graph)
     assert cycle is not None and cycle[0] == cycle[-1]
-    assert {"egf_audit.runtime.trace", "egf_audit.runtime.recorder"} <= set(cycle)
+    assert {"egf_audit.trace.model", "egf_audit.runtime.recorder"} <= set(cycle)
 
 
 def test_every_cli_option_names_its_flag():

@@ -38,7 +38,7 @@ from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.oracle.model import WireGate
 from egf_audit.pipeline.config import preset_config
 from egf_audit.pipeline.step import SP14Pipeline
-from egf_audit.runtime.contract import BRANCHES, param_shapes
+from egf_audit.trace.contract import BRANCHES, param_shapes
 
 TINY_B = 8
 

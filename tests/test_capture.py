@@ -26,7 +26,7 @@ from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, NOT_APPLICABLE, PASS, UNDECIDED
-from egf_audit.runtime.contract import DIR_CONCAT, DIR_DX, SCALE_KERNEL, TARGET
+from egf_audit.trace.contract import DIR_CONCAT, DIR_DX, SCALE_KERNEL, TARGET
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "capture"
@@ -147,7 +147,7 @@ def test_inference_finds_the_addresses_the_trainer_layout_file_gives():
 
 def test_the_report_names_how_each_buffer_was_named_and_what_stayed_unresolved():
     (process,) = _audit("clean", False).processes
-    named = {row["buffer"]: row["named_by"] for row in process.capture.layout.naming()}
+    named = {row["buffer"]: row["named_by"] for row in process.trace.capture.layout.naming()}
     assert named[DIR_CONCAT] == "sp14_dir_concat_qaux(concat)"
     assert "forward GEMM on the concat scratch" in named["params"]
     assert len(process.unresolved_gemms) == 213  # every GEMM has some activation left unnamed
@@ -160,7 +160,7 @@ def test_inference_binds_the_same_gemms_to_w_b0fc_as_the_layout_file():
         (process,) = audit.processes
         return [
             x.index
-            for x in process.capture.trace.sgemms()
+            for x in process.trace.sgemms()
             if any(b.tensor == "w_b0fc" and b.region.buffer == "params" for b in x.bindings)
         ]
 
@@ -173,7 +173,7 @@ def test_a_process_that_is_no_trainer_is_named_so_and_judged_by_what_needs_no_sp
     assert "no process is an SP14 trainer: none of the ABI kernels" in audit.missing[0]
     assert audit.not_audited == []
     (process,) = audit.processes  # one torch matrix product: a cuBLAS GEMM, no ABI kernel
-    assert process.capture.sp14 is False
+    assert process.trace.capture.sp14 is False
     verdicts = dict(process.verdicts)
     assert verdicts["EGF001"].status == PASS
     assert verdicts["EGF001"].evidence["gemms_decided"] == verdicts["EGF001"].evidence["gemms"] > 0

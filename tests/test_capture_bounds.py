@@ -18,7 +18,6 @@ from capture_folders import write_manifest
 from test_capture_files import EVENTS, SNAPSHOTS, Capture, refused
 
 from egf_audit.capture import files
-from egf_audit.capture.allocations import Allocation, AllocationIndex
 from egf_audit.capture.events import MAX_CALL_LINES, MAX_NOTES
 from egf_audit.capture.files import gunzip_small, parse_json
 from egf_audit.capture.layout import load_layout_file
@@ -26,7 +25,8 @@ from egf_audit.capture.spans import MAX_BOX_ROWS, Spans, Unbounded, box_ranges
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.capture_common import mix64_hex, zeros_hash
-from egf_audit.runtime.contract import SCALE_KERNEL
+from egf_audit.trace.allocations import Allocation, AllocationIndex
+from egf_audit.trace.contract import SCALE_KERNEL
 
 DATA = Path(__file__).parent / "data" / "capture"
 
@@ -302,8 +302,10 @@ def test_a_launchs_declared_region_is_spelled_out_inside_its_allocation(cap):
     cap.edit(number, lambda e: e | {"params": [*e["params"][:2], rows, *e["params"][3:]]})
     (proc,) = read_capture(cap.folder)
     ct = to_trace(proc, infer_layout(proc), "p")
-    scale = next(r for r in ct.records if r.name == SCALE_KERNEL and r.args["rows"] == 2**31 - 1)
-    held = ct.live_holder(scale.args["dx_concat"], scale.seq)
+    scale = next(
+        r for r in ct.capture.records if r.name == SCALE_KERNEL and r.args["rows"] == 2**31 - 1
+    )
+    held = ct.capture.live_holder(scale.args["dx_concat"], scale.seq)
     writes = declared(scale, "w", ct)
     assert held is not None and 0 < len(writes.ranges) <= held.bytes // (4 * scale.args["ld"]) + 1
     assert writes.ranges[-1][1] <= held.address + held.bytes
@@ -348,7 +350,7 @@ def _linear(layout, ptr):
 
 
 def test_a_pointer_resolves_to_its_innermost_buffer_as_a_walk_would_find_it():
-    from egf_audit.capture.model import Buffer, CaptureLayout
+    from egf_audit.trace.buffers import Buffer, CaptureLayout
 
     rng = np.random.default_rng(11)
     for _ in range(300):
@@ -362,7 +364,7 @@ def test_a_pointer_resolves_to_its_innermost_buffer_as_a_walk_would_find_it():
 
 
 def test_the_outermost_buffers_are_those_inside_no_other():
-    from egf_audit.capture.model import Buffer, CaptureLayout
+    from egf_audit.trace.buffers import Buffer, CaptureLayout
 
     layout = CaptureLayout()
     for name, base, size in (

@@ -23,12 +23,12 @@ from cpu_capture import MIX64_M1, MIX64_M2, MIX64_STEP, capture_standin, mix64, 
 from egf_audit.capture.cublas_log import parse_cublas
 from egf_audit.capture.events import read_capture
 from egf_audit.capture.layout import layout_in, load_layout_file
-from egf_audit.capture.model import ProcessCapture
 from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.invariants import FAIL, INVARIANTS, PASS, WARN, capture_common, evaluate
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.effects import GUARD_ELEMENTS
+from egf_audit.runtime.guards import GUARD_ELEMENTS
 from egf_audit.scenarios.faults import FAULTS
+from egf_audit.trace.process import ProcessCapture
 
 CAPTURE_DECIDES = frozenset(inv.code for inv in INVARIANTS if inv.capture is not None)
 H200 = Path(__file__).parent / "data" / "capture"  # captures of the stand-in on an H200

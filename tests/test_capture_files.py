@@ -24,7 +24,7 @@ from egf_audit.capture.events import read_capture
 from egf_audit.capture.manifest import Manifest, exit_words, read_manifest
 from egf_audit.cli.app import app
 from egf_audit.errors import UsageError
-from egf_audit.runtime.contract import POLYAK_KERNEL, SCALE_KERNEL
+from egf_audit.trace.contract import POLYAK_KERNEL, SCALE_KERNEL
 
 CLEAN = Path(__file__).parent / "data" / "capture" / "clean"
 EVENTS = next(CLEAN.glob("events-*.jsonl.gz")).name

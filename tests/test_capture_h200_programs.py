@@ -22,9 +22,9 @@ from test_capture_outsider import checker, recorded_lines
 from test_capture_runtime import RECORDINGS
 
 from egf_audit.capture.events import read_capture
-from egf_audit.capture.model import ProcessCapture
 from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.trace.process import ProcessCapture
 
 DATA = Path(__file__).parent / "data" / "capture"
 RUNTIME = DATA / "runtime" / "recorded"

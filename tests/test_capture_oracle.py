@@ -20,11 +20,11 @@ from capture_folders import write_manifest
 
 from egf_audit.capture.events import read_capture
 from egf_audit.capture.memory import MemoryHistory, Request
-from egf_audit.capture.model import Contents, Effect, ProcessCapture, Record
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
+from egf_audit.trace.process import Contents, Effect, ProcessCapture, Record
 
 CLEAN = Path(__file__).parent / "data" / "capture" / "runtime" / "recorded" / "rt-deep-clean"
 

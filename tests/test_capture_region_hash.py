@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from egf_audit.capture.build import HERE
-from egf_audit.capture.model import SnapshotRegion
 from egf_audit.invariants import capture_common
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
+from egf_audit.trace.process import SnapshotRegion
 
 HARNESS = r"""
 #include <stdint.h>

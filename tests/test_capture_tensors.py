@@ -1,5 +1,5 @@
 """Which tensor each GEMM reads and writes, and whether each reduction covers its tensor: EGF001's
-operand-identity rule (the contract's table of GEMM roles, runtime/contract_gemms.py, matched in
+operand-identity rule (the contract's table of GEMM roles, trace/contract_gemms.py, matched in
 invariants/capture_roles.py) and its slice rule (layout tensors declared with leading axes, and
 the slices a strided batch implies, invariants/gemm_spans.py).
 
@@ -11,20 +11,18 @@ pointer or K changed, the rest as recorded.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 
 import capture_plants
 import pytest
 
-from egf_audit.capture.model import CaptureTrace
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
 from egf_audit.invariants.egf001_gemm_k_matches_lda import INVARIANT as EGF001
 from egf_audit.invariants.gemm_spans import implied_slice_problem, slice_problem
-from egf_audit.runtime.contract_gemms import CONTRACT_GEMMS, TensorRef, entry_of
-from egf_audit.runtime.trace import Region
+from egf_audit.trace.contract_gemms import CONTRACT_GEMMS, TensorRef, entry_of
+from egf_audit.trace.model import Region, Trace
 
 DATA = Path(__file__).parent / "data" / "capture"
 
@@ -69,23 +67,23 @@ def test_the_dx_gemm_reading_the_targets_w_b0fc_fails_naming_both_tensors(tmp_pa
     assert _egf001(clean, with_layout)[0] == ("pass" if with_layout else "undecided")
 
 
-def _reordered(ct: CaptureTrace, order: list[int]) -> CaptureTrace:
-    """The capture with its launches in another order (positions into trace.launches)."""
-    trace = copy.copy(ct.trace)
-    trace.launches = [ct.trace.launches[i] for i in order]
-    return dataclasses.replace(ct, trace=trace)
+def _reordered(ct: Trace, order: list[int]) -> Trace:
+    """The capture with its launches in another order (positions into its launches)."""
+    trace = copy.copy(ct)
+    trace.launches = [ct.launches[i] for i in order]
+    return trace
 
 
-def _clean_trace() -> CaptureTrace:
+def _clean_trace() -> Trace:
     (process,) = audit_capture(DATA / "clean", use_layout=True).processes
-    return process.capture
+    return process.trace
 
 
-def _positions(ct: CaptureTrace, step: int, c: str) -> list[int]:
+def _positions(ct: Trace, step: int, c: str) -> list[int]:
     """The positions of the step's GEMMs writing the buffer (or grad_buf tensor) `c`."""
     return [
         i
-        for i, x in enumerate(ct.trace.launches)
+        for i, x in enumerate(ct.launches)
         if x.kind == "sgemm"
         and x.step == step
         and any(b.role == "C" and c in (b.tensor, b.region and b.region.buffer) for b in x.bindings)
@@ -97,8 +95,8 @@ def test_a_step_order_the_contract_allows_passes():
     dX before its dW. Matched by role, the reordered step keeps every GEMM's tensors."""
     ct = _clean_trace()
     assert role_problems(ct) == {}
-    order = list(range(len(ct.trace.launches)))
-    forward = [i for i, x in enumerate(ct.trace.launches) if x.step == 0 and x.kind == "sgemm"][
+    order = list(range(len(ct.launches)))
+    forward = [i for i, x in enumerate(ct.launches) if x.step == 0 and x.kind == "sgemm"][
         :26
     ]  # the online net's 13 forward GEMMs, then the target's 13
     assert len(forward) == 26
@@ -118,7 +116,7 @@ def test_a_gemm_before_the_gemm_that_writes_its_input_fails():
     """The trunk's first-layer dW (reads d_h_s1) moved ahead of the step's forward: it reads a
     tensor a contract GEMM writes before any launch of its step wrote it."""
     ct = _clean_trace()
-    order = list(range(len(ct.trace.launches)))
+    order = list(range(len(ct.launches)))
     (first, *_), dw = _positions(ct, 0, "save_h_s1"), _positions(ct, 0, "w_s1")[0]
     order.insert(first, order.pop(dw))
     moved = _reordered(ct, order)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from egf_audit.runtime.cublas_witness import LoggerTap, match, match_tap, parse_log
-from egf_audit.runtime.trace import Launch
+from egf_audit.trace.model import Launch
 
 # One Sgemm record and the start of the next call, verbatim as cuBLAS 13.1 logged them on an H200.
 LOG = (Path(__file__).parent / "data" / "cublas_api_sgemm.log").read_text()

@@ -137,7 +137,7 @@ def test_a_new_import_between_layers_makes_the_picture_stale(monkeypatch):
 
 def test_a_circle_between_layers_cannot_be_drawn(monkeypatch):
     graph = import_graph()
-    graph["egf_audit.runtime.trace"] = graph["egf_audit.runtime.trace"] | {"egf_audit.cli.app"}
+    graph["egf_audit.trace.model"] = graph["egf_audit.trace.model"] | {"egf_audit.cli.app"}
     monkeypatch.setattr(design_graph, "import_graph", lambda: graph)
     with pytest.raises(SystemExit, match="in a circle"):
         design_graph.render()
@@ -183,9 +183,9 @@ def test_a_module_left_out_of_its_row_is_caught():
 def test_a_stale_name_is_caught():
     doc = DESIGN.read_text(encoding="utf-8")
     text = doc.replace("`atomic.py` (`write_atomic`", "`standin.py` (`write_atomic`", 1)
-    text = text.replace("`runtime/config_view.py`", "`runtime/runner.py`", 1)
+    text = text.replace("`trace/config_view.py`", "`trace/runner.py`", 1)
     added = set(names_not_there(text)) - set(names_not_there(doc))
-    assert added == {"auditor/outputs/standin.py", "runtime/runner.py"}
+    assert added == {"auditor/outputs/standin.py", "trace/runner.py"}
     assert set(unnamed_modules(text)) - set(unnamed_modules(doc)) == {"auditor/outputs/atomic.py"}
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from egf_audit.invariants.common import covers_all
-from egf_audit.runtime.trace import Region
+from egf_audit.trace.model import Region
 
 
 def _by_elements(region: Region, n: int) -> bool:

@@ -269,6 +269,6 @@ def test_a_capture_asked_for_deep_allows_nothing_even_where_its_recorder_recorde
     (folder / "manifest.json").write_text(json.dumps(manifest))
     audit = audit_capture(folder)
     (process,) = audit.processes
-    assert not process.capture.process.deep and process.mode == "capture --deep"
+    assert not process.trace.capture.process.deep and process.mode == "capture --deep"
     assert process.allowed == frozenset() and process.undecided_failing == ["EGF010", "EGF013"]
     assert not audit.ok

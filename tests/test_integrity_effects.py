@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from egf_audit.cli.app import app
 from egf_audit.runtime.backends import guarded_memory as gm
-from egf_audit.runtime.effects import changed_outside
+from egf_audit.runtime.guards import changed_outside
 
 VARIANTS = Path(__file__).parent / "kernel_variants"
 TERMINAL = {"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120"}

@@ -17,7 +17,7 @@ from egf_audit.kernels import SHIM_HEADER, bundled_dir
 from egf_audit.runtime.backends import guarded_memory as gm
 from egf_audit.runtime.backends import stream_records as records
 from egf_audit.runtime.backends.cpu_build import compiler
-from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
+from egf_audit.runtime.guards import CANARY_BITS, GUARD_ELEMENTS
 
 # what the CPU shim does not give (its unsigned atomicAdd overloads it does)
 PRELUDE = r"""

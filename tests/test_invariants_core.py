@@ -36,8 +36,8 @@ from rebuild_damages import (
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, Verdict
 from egf_audit.invariants.polyak import polyak_error_ulps
 from egf_audit.pipeline.config import preset_config
-from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.scenarios.faults import FAULTS
+from egf_audit.trace.audit_run import AuditRun
 
 CODES = ("EGF001", "EGF002", "EGF003", "EGF004", "EGF005", "EGF006")
 MODES = ("sentinel", "live")

@@ -19,10 +19,10 @@ import pytest
 from egf_audit.invariants import FAIL, INVARIANTS_BY_CODE, PASS, WARN
 from egf_audit.pipeline.config import preset_config
 from egf_audit.pipeline.layout import build_layout
-from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES
 from egf_audit.scenarios.audit import GATE_PROBES
 from egf_audit.scenarios.faults import FAULTS
+from egf_audit.trace.audit_run import AuditRun
+from egf_audit.trace.contract import ALPHA_GRAD_SMOOTHED_INDEX, BRANCHES
 
 CODES = ("EGF007", "EGF008", "EGF009", "EGF011", "EGF012")
 MODES = ("sentinel", "live")

@@ -1141,7 +1141,7 @@ def test_a_stale_layout_file_is_refused_never_replaced_by_inference(made):
 
 # A trainer that launches the scale (with its snapshots, under a closed and an open gate) but
 # never accumulates a branch's dX into d_h_s2 has no call site in convert.py's model. These
-# capture checks returned UNDECIDED there (`if not ct.sites` / no closed or open site), which
+# capture checks returned UNDECIDED there (`if not ct.call_sites()` / no closed or open site), which
 # their docstrings rule out: EGF003 "UNDECIDED only when no scale launch was snapshotted, or none
 # ran with the gate at 0"; EGF004 the same for an open gate; EGF007 "UNDECIDED never". Found by
 # the mutation run (strict xfails first), fixed in the checks since: these tests keep it fixed.
@@ -1483,7 +1483,7 @@ def without_the_injection_replay(ctx):
 
 # EGF005: one rule at a time (the catalogue's target-grad-leak trips all four at once)
 def _target_region() -> Any:
-    from egf_audit.runtime.trace import Region
+    from egf_audit.trace.model import Region
 
     return Region("target_params", 0, 1, 1, 1)
 
@@ -1491,7 +1491,7 @@ def _target_region() -> Any:
 @_run_case("EGF005")
 def forward_launch_declares_a_target_write(ctx):
     """A forward kernel handed target_params as an output (its values left as they were)."""
-    from egf_audit.runtime.trace import Binding
+    from egf_audit.trace.model import Binding
 
     def match(x):
         return x.step == 0 and x.kind == "kernel" and x.label.startswith("forward")
@@ -1505,7 +1505,7 @@ def forward_launch_declares_a_target_write(ctx):
 
 @_run_case("EGF005")
 def backward_launch_reads_the_target_net(ctx):
-    from egf_audit.runtime.trace import Binding, Region
+    from egf_audit.trace.model import Binding, Region
 
     def change(x):
         read = Binding("tgt", 0, "r", Region("tgt_h_s2", 0, 1, 1, 1), "tgt_h_s2", None, True)
@@ -1545,7 +1545,7 @@ def backward_launch_inside_the_target_forward(ctx):
 @_run_case("EGF005")
 def target_forward_launch_writes_grad_buf(ctx):
     """A launch of the target forward (labelled forward) that also writes grad_buf."""
-    from egf_audit.runtime.trace import Binding, Region
+    from egf_audit.trace.model import Binding, Region
 
     trace = ctx.clean.traces["sentinel"]
     begin = trace.checkpoint_index(0, "forward_target:begin")
@@ -1745,7 +1745,7 @@ def live_step_without_its_producer(ctx):
 
 
 def _gate_set(ctx, scenario: str, step: int, checkpoint: str, value: float) -> Any:
-    from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
+    from egf_audit.trace.contract import ALPHA_GRAD_SMOOTHED_INDEX
 
     return _snapshot_edited(
         ctx.clean,
@@ -1776,8 +1776,8 @@ def live_gate_exactly_one(ctx):
 @_run_case("EGF012")
 def sentinel_launch_writes_the_gate(ctx):
     """A launch of the sentinel production trace declares a write of ISV[393]."""
-    from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
-    from egf_audit.runtime.trace import Binding, Region
+    from egf_audit.trace.contract import ALPHA_GRAD_SMOOTHED_INDEX
+    from egf_audit.trace.model import Binding, Region
 
     region = Region("isv_signals", ALPHA_GRAD_SMOOTHED_INDEX, 1, 1, 1)
 
@@ -1798,7 +1798,7 @@ def replay_restores_an_open_gate(ctx):
 
 @_run_case("EGF012")
 def gate_probes_missing(ctx):
-    from egf_audit.runtime.contract import GATE_PROBE_PREFIX
+    from egf_audit.trace.contract import GATE_PROBE_PREFIX
 
     def drop(x):
         probe = x.kind == "checkpoint" and x.name.startswith(GATE_PROBE_PREFIX)
@@ -1860,7 +1860,7 @@ def a_launch_not_run(ctx):
 
 @_run_case("EGF013")
 def a_guard_zone_overwritten(ctx):
-    from egf_audit.runtime.effects import GuardBreach
+    from egf_audit.trace.effects import GuardBreach
 
     fields = {f.name for f in dataclasses.fields(GuardBreach)}
     values = {"buffer": "d_h_s2", "side": "after", "distance": 0, "count": 1}

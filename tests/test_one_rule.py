@@ -18,9 +18,9 @@ from egf_audit.invariants.egf007_d_h_s2_accumulation import zeroing
 from egf_audit.invariants.egf012_gate_range_fail_closed import GateReading, reading_problem
 from egf_audit.invariants.launch_shape import launch_shape_problem
 from egf_audit.invariants.wire_gate import expected_wire
-from egf_audit.runtime.call_sites import Cut, Site, call_sites
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, TARGET
-from egf_audit.runtime.trace import Binding, Launch, Region
+from egf_audit.trace.call_sites import Cut, Site, call_sites
+from egf_audit.trace.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, TARGET
+from egf_audit.trace.model import Binding, Launch, Region
 
 # ---- EGF012: one reading of ISV[393] against what the contract asks of it there ----
 GATE_CASES = [
@@ -122,7 +122,7 @@ def test_zeroing_rule(window, zero, breaks):
     assert found.overwrites == [window[i] for i in breaks]
 
 
-# ---- the call sites both modes cut from a trace's launches (runtime/call_sites.py) ----
+# ---- the call sites both modes cut from a trace's launches (trace/call_sites.py) ----
 def _cut(*launches: str, step: int = 0) -> list[Cut]:
     """G: a GEMM, A: an accumulate, K: another kernel, M: a memset, C: a checkpoint."""
     kinds = {"G": ("sgemm", "sgemm"), "A": ("kernel", ACCUMULATE_KERNEL)}

@@ -18,10 +18,10 @@ from egf_audit.oracle.compare import compare_step
 from egf_audit.pipeline.config import Config, preset_config
 from egf_audit.pipeline.instance import Probes
 from egf_audit.pipeline.step import MODES, SP14Pipeline
-from egf_audit.runtime.audit_run import AuditRun
-from egf_audit.runtime.contract import param_shapes
 from egf_audit.scenarios.audit import Auditor
 from egf_audit.scenarios.faults import FAULTS_BY_NAME
+from egf_audit.trace.audit_run import AuditRun
+from egf_audit.trace.contract import param_shapes
 
 CI = preset_config("ci")
 SHAPES = {

@@ -9,9 +9,9 @@ import dataclasses
 
 import numpy as np
 
-from egf_audit.runtime.effects import CONTAINED, Effects
 from egf_audit.runtime.memory import BufferSpec, Tensor
-from egf_audit.runtime.trace import Binding, Launch, Region, recorded_launch
+from egf_audit.trace.effects import CONTAINED, Effects
+from egf_audit.trace.model import Binding, Launch, Region, recorded_launch
 
 
 def test_a_recorded_launch_is_the_launch_its_fields_make():

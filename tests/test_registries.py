@@ -17,8 +17,8 @@ import pytest
 from cli_fakes import invoke
 
 from egf_audit.invariants import FAIL, INVARIANTS, INVARIANTS_BY_CODE, evaluate
-from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.scenarios.faults import FAULTS
+from egf_audit.trace.audit_run import AuditRun
 
 MODES = ("sentinel", "live")
 

@@ -25,9 +25,9 @@ from egf_audit.reports.markdown import cell, table
 from egf_audit.reports.model import AuditReport, Gate
 from egf_audit.reports.timeline import STEPS, site_timeline
 from egf_audit.reports.wire_status import wire_status
-from egf_audit.runtime.trace import Binding, Region
 from egf_audit.scenarios.audit import Auditor
 from egf_audit.scenarios.faults import FAULTS_BY_NAME
+from egf_audit.trace.model import Binding, Region
 
 MODES = ("sentinel", "live")
 

@@ -15,8 +15,8 @@ from egf_audit.capture.convert import to_trace
 from egf_audit.capture.events import read_capture
 from egf_audit.capture.layout import load_layout_file, place
 from egf_audit.capture.manifest import audited_process
-from egf_audit.runtime.effects import Effects, GuardBreach, StrayWrite
-from egf_audit.runtime.trace import Binding, Launch, Region, Trace
+from egf_audit.trace.effects import Effects, GuardBreach, StrayWrite
+from egf_audit.trace.model import Binding, Launch, Region, Trace
 
 FIXTURE = Path(__file__).parent / "data" / "capture" / "runtime" / "recorded" / "rt-deep-clean"
 
@@ -41,7 +41,7 @@ def _asdict_lines(trace: Trace) -> list[str]:
 def test_a_capture_s_trace_is_written_as_asdict_writes_it():
     proc = audited_process(read_capture(FIXTURE))
     layout, _ = place(load_layout_file(FIXTURE / "layout.json.gz"), proc)
-    trace = to_trace(proc, layout, scenario="capture").trace
+    trace = to_trace(proc, layout, scenario="capture")
     assert len(trace.launches) > 500
     assert list(trace.to_jsonl()) == _asdict_lines(trace)
 

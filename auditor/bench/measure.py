@@ -24,7 +24,7 @@ from egf_audit.pipeline.config import Config
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.runtime.backends.base import runs_on_streams
 from egf_audit.runtime.memory import BufferSpec, Layout, Tensor
-from egf_audit.runtime.trace import Snapshot, Trace
+from egf_audit.trace.model import Snapshot, Trace
 
 MODE = "sentinel"
 STATE_BUFFERS = ("params", "target_params", "sn_state")  # what the torch model starts from

@@ -24,8 +24,8 @@ from torch import nn
 
 from egf_audit.oracle.model import WireGate
 from egf_audit.pipeline.config import Dims, Hyper
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES, param_shapes
 from egf_audit.runtime.memory import Layout
+from egf_audit.trace.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES, param_shapes
 
 
 @dataclass

@@ -74,7 +74,7 @@ from .manifest import (
 )
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import ProcessCapture
+    from egf_audit.trace.process import ProcessCapture
 
 DEFAULT_SNAPSHOT = ("sp14_scale_wire_col", "accumulate_d_h_s2_from_concat", "polyak_ema")
 MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
@@ -296,7 +296,7 @@ def _complete(
         used, _ = place(parse_layout(data, named), main)
     else:
         used = infer_layout(main)
-    trace = to_trace(main, used, scenario="capture").trace
+    trace = to_trace(main, used, scenario="capture")
     done.write_new(TRACE_FILE, ("\n".join(trace.to_jsonl()) + "\n").encode("utf-8"))
     outcome.processes = process_entries(procs, main)
     manifest = manifest_document(

@@ -1,10 +1,10 @@
 """A captured process as a `Trace`: the same launches, bindings and labels `--trace` writes.
 
 Steps are cut at each `polyak_ema` (the last launch of a trainer step). Call sites are cut as
-the rebuild's are (runtime/call_sites.py: the runs of `accumulate_d_h_s2_from_concat`
+the rebuild's are (trace/call_sites.py: the runs of `accumulate_d_h_s2_from_concat`
 launches, one run per `backward_full` call site). Every pointer argument is
 bound to the named buffer it lands in, or to none; a GEMM of any entry point binds each of its
-batches' operands (capture/model.py, gemm_operands); a kernel egf-audit does not know
+batches' operands (capture/bindings.py, gemm_operands); a kernel egf-audit does not know
 gets access "?" on every buffer its pointer arguments land in: it may write any of them.
 """
 
@@ -12,18 +12,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from egf_audit.capture.allocations import Allocation
+from egf_audit.capture.bindings import bindings_of
 from egf_audit.capture.gemms import refusal
-from egf_audit.capture.model import (
-    CaptureLayout,
-    CaptureTrace,
-    ProcessCapture,
-    Record,
-    bindings_of,
-)
-from egf_audit.runtime.call_sites import Cut, call_sites
-from egf_audit.runtime.contract import POLYAK_KERNEL, at_site
-from egf_audit.runtime.trace import Launch, Trace
+from egf_audit.trace.allocations import Allocation
+from egf_audit.trace.buffers import CaptureLayout
+from egf_audit.trace.call_sites import Cut, call_sites
+from egf_audit.trace.captured import Captured
+from egf_audit.trace.contract import POLYAK_KERNEL, at_site
+from egf_audit.trace.model import Launch, Trace
+from egf_audit.trace.process import ProcessCapture, Record
 
 KINDS = {"kernel": "kernel", "sgemm": "sgemm", "gemm": "sgemm", "memset": "memset", "copy": "copy"}
 
@@ -37,7 +34,7 @@ def _steps(records: list[Record]) -> list[int]:
     return steps
 
 
-def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> CaptureTrace:
+def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Trace:
     records = [r for r in proc.records if r.kind in KINDS]
     steps = _steps(records)
     sites = call_sites([Cut(KINDS[r.kind], r.name, steps[i]) for i, r in enumerate(records)])
@@ -50,7 +47,13 @@ def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Capt
         )
         for i in range(start, s.end + 1):
             site_of[i] = s.name
-    trace = Trace(scenario=scenario, backend="capture", layout=layout.as_trace_layout())
+    captured = Captured(layout, proc, records, allocations_of(proc))
+    trace = Trace(
+        scenario=scenario,
+        backend="capture",
+        layout=layout.as_trace_layout(),
+        captured=captured,
+    )
     trace.meta.update(pid=proc.pid, layout="file" if layout.from_file else "inferred")
     for i, r in enumerate(records):
         name = "sgemm" if r.kind == "sgemm" else r.name  # as the rebuild's trace names SGEMMs
@@ -61,7 +64,7 @@ def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Capt
             # cuBLAS logged the call, then refused it: nothing ran (EGF001, as the rebuild's)
             launch = replace(launch, refused=why)
         trace.launches.append(launch)
-    return CaptureTrace(trace, layout, proc, records, sites, allocations_of(proc))
+    return trace
 
 
 def allocations_of(proc: ProcessCapture) -> list[Allocation]:

@@ -16,9 +16,9 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from egf_audit.capture.model import Record
 from egf_audit.errors import UsageError
 from egf_audit.runtime.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
+from egf_audit.trace.process import Record
 
 from .gemms import classic_gemm, operands_problem
 from .schema import OPTIONAL_KEYS, address

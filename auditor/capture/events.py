@@ -28,15 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from egf_audit.capture.model import (
-    HASH_FNV1A,
-    Contents,
-    Effect,
-    ProcessCapture,
-    Record,
-)
 from egf_audit.errors import UsageError, option_error
 from egf_audit.kernels import KERNELS_BY_NAME
+from egf_audit.trace.process import HASH_FNV1A, Contents, Effect, ProcessCapture, Record
 
 from .cublas_log import cublas_record, inside_classic_call
 from .files import CutOff, parse_line, refuse, text_lines

@@ -19,23 +19,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from egf_audit.capture.spans import Spans
-from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace, Effect
-    from egf_audit.runtime.trace import Launch
+    from egf_audit.trace.model import Launch, Trace
+    from egf_audit.trace.process import Effect
 
 
-def _observation(ct: CaptureTrace, x: Launch) -> Effect | None:
-    seq = ct.records[x.index].seq
-    return ct.process.effects.get(seq) or ct.process.guards.get(seq)
+def _observation(ct: Trace, x: Launch) -> Effect | None:
+    seq = ct.capture.records[x.index].seq
+    return ct.capture.process.effects.get(seq) or ct.capture.process.guards.get(seq)
 
 
-def observed_write(ct: CaptureTrace, x: Launch, buffer: str) -> bool | None:
+def observed_write(ct: Trace, x: Launch, buffer: str) -> bool | None:
     """Whether launch `x` changed any byte of `buffer`, as the capture observed it; None where
     no observation covers the whole buffer (no deep effect, no guard, or a guard that compared
     other allocations)."""
-    named = ct.layout.buffers.get(buffer)
+    named = ct.capture.layout.buffers.get(buffer)
     effect = _observation(ct, x)
     if named is None or effect is None:
         return None
@@ -45,6 +45,6 @@ def observed_write(ct: CaptureTrace, x: Launch, buffer: str) -> bool | None:
     return any(a < end and start < a + n for a, n in effect.changed)
 
 
-def guard_changes(ct: CaptureTrace) -> dict[int, Spans]:
+def guard_changes(ct: Trace) -> dict[int, Spans]:
     """By launch seq: what each guarded launch changed in the allocations it was handed."""
-    return {seq: Spans.runs(g.changed) for seq, g in ct.process.guards.items()}
+    return {seq: Spans.runs(g.changed) for seq, g in ct.capture.process.guards.items()}

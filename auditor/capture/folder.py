@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from egf_audit.capture.model import ProcessCapture
 from egf_audit.errors import UsageError, option_error
+from egf_audit.trace.process import ProcessCapture
 
 from .files import process_file, refuse, stat_file
 from .layout import LAYOUT_FILE, layout_in

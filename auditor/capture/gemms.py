@@ -1,5 +1,5 @@
 """Every cuBLAS GEMM entry point as one form: the SGEMM's shape arguments, its pointers, and what
-a batched, typed or cuBLASLt call adds (capture/model.py names the keys).
+a batched, typed or cuBLASLt call adds (trace/process.py's `Record` carries them).
 
 Two sources. cuBLAS's own logger words each call of the classic API (`cublasSgemm_v2`,
 `cublasGemmEx`, `cublasSgemmStridedBatched`, `cublasGemmStridedBatchedEx`, `cublasSgemmBatched`,

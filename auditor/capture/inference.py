@@ -13,8 +13,9 @@ batch reads where its stride is R rows, is judged by EGF001 from the call itself
 
 from __future__ import annotations
 
-from egf_audit.capture.model import Buffer, CaptureLayout, ProcessCapture, Record
-from egf_audit.runtime.contract import (
+from egf_audit.runtime.gemm_rules import contraction
+from egf_audit.trace.buffers import ELEMENT_BYTES, Buffer, CaptureLayout
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     CONCAT_KERNEL,
     DIR_CONCAT,
@@ -24,8 +25,7 @@ from egf_audit.runtime.contract import (
     SCALE_KERNEL,
     TARGET,
 )
-from egf_audit.runtime.gemm_rules import contraction
-from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.trace.process import ProcessCapture, Record
 
 
 def _single(name: str, base: int, rows: int, cols: int, source: str) -> Buffer:

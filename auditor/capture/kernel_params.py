@@ -14,7 +14,7 @@ import struct
 from typing import Any
 
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     CONCAT_KERNEL,
     POLYAK_KERNEL,

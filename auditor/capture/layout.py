@@ -29,10 +29,10 @@ import json
 from pathlib import Path
 from typing import Any, NoReturn
 
-from egf_audit.capture.model import Buffer, CaptureLayout, ProcessCapture
 from egf_audit.errors import UsageError
-from egf_audit.runtime.memory import ELEMENT_BYTES
 from egf_audit.small_files import read_small_bytes
+from egf_audit.trace.buffers import ELEMENT_BYTES, Buffer, CaptureLayout
+from egf_audit.trace.process import ProcessCapture
 
 from .files import gunzip_small, parse_json
 from .schema import ADDRESS_LIMIT, LIMIT, LOWEST_ADDRESS

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from egf_audit.capture.model import ProcessCapture
 from egf_audit.errors import UsageError
+from egf_audit.trace.process import ProcessCapture
 
 from .files import open_capture_file, parse_json
 from .kernel_params import ABI_KERNELS

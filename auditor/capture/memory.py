@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from egf_audit.capture.model import OBSERVED_KINDS, ProcessCapture
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
+from egf_audit.trace.process import OBSERVED_KINDS, ProcessCapture
 
 
 class Request(NamedTuple):

@@ -25,14 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.model import OBSERVED_KINDS
 from egf_audit.capture.spans import Spans, Unbounded, declared, whole
+from egf_audit.trace.process import OBSERVED_KINDS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from egf_audit.capture.allocations import Allocation
-    from egf_audit.capture.model import CaptureTrace, Effect, Record
+    from egf_audit.trace.allocations import Allocation
+    from egf_audit.trace.model import Trace
+    from egf_audit.trace.process import Effect, Record
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,12 @@ def _live_totals(allocations: list[Allocation], seqs: list[int]) -> dict[int, tu
     return out
 
 
-def _handed(ct: CaptureTrace, pointers: Iterable[int], seq: int) -> list[Allocation]:
-    """The allocations live at `seq` that hold one of `pointers` (CaptureTrace.holding)."""
-    return list({a for p in pointers for a in ct.holding(p) if a.live_at(seq)})
+def _handed(ct: Trace, pointers: Iterable[int], seq: int) -> list[Allocation]:
+    """The allocations live at `seq` that hold one of `pointers` (Captured.holding)."""
+    return list({a for p in pointers for a in ct.capture.holding(p) if a.live_at(seq)})
 
 
-def _may_write(ct: CaptureTrace, r: Record, gemm: Record | None, kernels: list[Record]) -> Spans:
+def _may_write(ct: Trace, r: Record, gemm: Record | None, kernels: list[Record]) -> Spans:
     if gemm is not None:
         operands = [p for p in (gemm.args.get(k) for k in ("A", "B", "C", "D", "bias")) if p]
         handed = _handed(ct, (p for k in kernels for p in k.pointers), r.seq)
@@ -90,15 +91,17 @@ def _may_write(ct: CaptureTrace, r: Record, gemm: Record | None, kernels: list[R
     return declared(r, "w", ct)
 
 
-def observations(ct: CaptureTrace) -> tuple[list[Observed], list[str]]:
+def observations(ct: Trace) -> tuple[list[Observed], list[str]]:
     """Every observed call in program order, and the problems of what is missing or short: a
     call without its effect, an effect that did not compare every live allocation, a launch
     cuBLAS made inside a GEMM call no record holds."""
-    proc = ct.process
-    by_seq = {r.seq: r for r in ct.records}
-    inside = ct.made_inside()
-    calls = [r for r in ct.records if r.kind in OBSERVED_KINDS and not r.args.get("captured")]
-    live = _live_totals(ct.allocations, [r.seq for r in calls])
+    proc = ct.capture.process
+    by_seq = {r.seq: r for r in ct.capture.records}
+    inside = ct.capture.made_inside()
+    calls = [
+        r for r in ct.capture.records if r.kind in OBSERVED_KINDS and not r.args.get("captured")
+    ]
+    live = _live_totals(ct.capture.allocations, [r.seq for r in calls])
     out: list[Observed] = []
     problems: list[str] = []
     for r in calls:
@@ -123,20 +126,20 @@ def observations(ct: CaptureTrace) -> tuple[list[Observed], list[str]]:
     return out, problems
 
 
-def where(ct: CaptureTrace, address: int, seq: int) -> str:
+def where(ct: Trace, address: int, seq: int) -> str:
     """A byte address in words: `buffer[element] (tensor)`, else its place in the allocation
     live at `seq` (or past its end), else that no allocation holds it."""
-    found = ct.layout.resolve(address - address % 4)
+    found = ct.capture.layout.resolve(address - address % 4)
     if found is not None:
         buffer, offset = found
-        tensor = ct.layout.tensor_at(buffer, offset)
+        tensor = ct.capture.layout.tensor_at(buffer, offset)
         named = f" ({tensor[0]})" if tensor and tensor[0] != buffer.name else ""
         return f"{buffer.name}[{offset}]{named}"
-    holders = [a for a in ct.holding(address) if a.live_at(seq)]
+    holders = [a for a in ct.capture.holding(address) if a.live_at(seq)]
     if holders:
         a = holders[-1]
         return f"byte {address - a.address} of an allocation of {a.bytes} bytes"
-    before = [a for a in ct.allocations if a.live_at(seq) and a.address <= address]
+    before = [a for a in ct.capture.allocations if a.live_at(seq) and a.address <= address]
     if before:
         a = max(before, key=lambda a: a.address)
         gap = address - a.address - a.bytes

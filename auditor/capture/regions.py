@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from egf_audit.capture.model import SnapshotRegion
+from egf_audit.trace.process import SnapshotRegion
 
 from .files import file_bytes, process_file, refuse
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from egf_audit.capture.model import HASH_KINDS
+from egf_audit.trace.process import HASH_KINDS
 
 Check = Callable[[Any], str | None]  # None, or what is wrong with the value
 

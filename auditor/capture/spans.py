@@ -19,14 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.allocations import Allocation
 from egf_audit.capture.gemm_operands import gemm_operands
-from egf_audit.capture.model import GEMM_KINDS, CaptureLayout, Record
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.trace.allocations import Allocation
+from egf_audit.trace.buffers import ELEMENT_BYTES, CaptureLayout
+from egf_audit.trace.process import GEMM_KINDS, Record
 
 if TYPE_CHECKING:
-    from egf_audit.capture.model import CaptureTrace
+    from egf_audit.trace.model import Trace
 
 MAX_BATCHES = 1 << 16  # batches of one strided GEMM spelled out; more is refused (Unbounded)
 MAX_BOX_ROWS = 1 << 20  # separate rows of one box spelled out; more is refused (Unbounded)
@@ -123,13 +123,13 @@ def box_ranges(
     ]
 
 
-def _window(ct: CaptureTrace | None, pointer: int, seq: int) -> Window:
+def _window(ct: Trace | None, pointer: int, seq: int) -> Window:
     """The allocation `pointer` lay in as the call of seq `seq` ran, where one is recorded."""
-    held = None if ct is None else ct.live_holder(pointer, seq)
+    held = None if ct is None else ct.capture.live_holder(pointer, seq)
     return None if held is None else (held.address, held.address + held.bytes)
 
 
-def _gemm_spans(r: Record, wants: str, ct: CaptureTrace | None) -> Spans:
+def _gemm_spans(r: Record, wants: str, ct: Trace | None) -> Spans:
     """Every batch's operand boxes of a GEMM record whose access includes `wants` ("r", "w")."""
     args = r.args
     if "unbound" in args:
@@ -155,15 +155,15 @@ def _gemm_spans(r: Record, wants: str, ct: CaptureTrace | None) -> Spans:
     return Spans.of(ranges)
 
 
-def gemm_writes(r: Record, ct: CaptureTrace | None = None) -> Spans:
+def gemm_writes(r: Record, ct: Trace | None = None) -> Spans:
     return _gemm_spans(r, "w", ct)
 
 
-def gemm_reads(r: Record, ct: CaptureTrace | None = None) -> Spans:
+def gemm_reads(r: Record, ct: Trace | None = None) -> Spans:
     return _gemm_spans(r, "r", ct)
 
 
-def declared(r: Record, mode: str, ct: CaptureTrace | None = None) -> Spans:
+def declared(r: Record, mode: str, ct: Trace | None = None) -> Spans:
     """What a decoded ABI kernel, a GEMM, a memset or a copy declares it reads ("r") or writes
     ("w"): the kernel table's boxes on its pointer arguments, every batch's operand boxes, the
     destination (and a copy's source). With the call's capture `ct`, each box is spelled out

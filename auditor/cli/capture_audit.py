@@ -24,11 +24,13 @@ from egf_audit.capture.inference import infer_layout
 from egf_audit.capture.kernel_params import ABI_KERNELS
 from egf_audit.capture.layout import load_layout_file, place
 from egf_audit.capture.manifest import audited_process, exit_words
-from egf_audit.capture.model import CaptureLayout, CaptureTrace, ProcessCapture
 from egf_audit.errors import UsageError
 from egf_audit.invariants import INVARIANTS
 from egf_audit.invariants.registry import FAIL, Verdict
 from egf_audit.invariants.undecided import allowed_by_default, capture_mode, not_allowed
+from egf_audit.trace.buffers import CaptureLayout
+from egf_audit.trace.model import Trace
+from egf_audit.trace.process import ProcessCapture
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class ProcessAudit:
     changes from capture to capture), what it recorded, and one verdict per invariant."""
 
     section: str  # "process 1"
-    capture: CaptureTrace
+    trace: Trace
     verdicts: tuple[tuple[str, Verdict], ...]  # (code, verdict) in registry order
     layout_note: str = ""  # why the layout file was not used for it, if it was not
     mode: str = "capture"  # its capture mode (invariants/undecided.py): "capture --deep" if deep
@@ -52,7 +54,7 @@ class ProcessAudit:
     def unresolved_gemms(self) -> list[int]:
         return [
             x.index
-            for x in self.capture.trace.sgemms()
+            for x in self.trace.sgemms()
             if not x.bindings or any(b.region is None for b in x.bindings)
         ]
 
@@ -150,7 +152,7 @@ def audit_other_process(
     elif given is not None and audited and operands:
         raise _foreign(section, "GEMM operands", operands)
     ct = to_trace(proc, layout, scenario=section)
-    ct.sp14 = False
+    ct.capture.sp14 = False
     verdicts = tuple((inv.code, inv.capture_verdict(ct)) for inv in INVARIANTS)
     return ProcessAudit(section, ct, verdicts, note)
 
@@ -245,7 +247,7 @@ def audit_capture(
             f"no process ran a cuBLAS GEMM or an ABI kernel in the {len(procs)} recorded "
             f"process{'es' * (len(procs) != 1)}: nothing for the generic checks to judge"
         )
-    elif trainer == "sp14" and not any(p.capture.sp14 for p in audit.processes):
+    elif trainer == "sp14" and not any(p.trace.capture.sp14 for p in audit.processes):
         audit.missing.append(
             f"no process is an SP14 trainer: none of the ABI kernels ({', '.join(ABI_KERNELS)}) "
             f"was launched in the {len(procs)} recorded process{'es' * (len(procs) != 1)} (a "

@@ -76,19 +76,19 @@ def _refuse_outputs_inside(req: CaptureRequest) -> None:
 
 
 def _section(p: ProcessAudit) -> CaptureSection:
-    ct = p.capture
+    ct = p.trace
     return {
         "section": p.section,
-        "launches": len(ct.trace.launches),
-        "gemms": sum(1 for _ in ct.trace.sgemms()),
-        "steps": len(ct.steps()),
-        "sites": len(ct.sites),
-        "layout": "file" if ct.layout.from_file else "inferred",
+        "launches": len(ct.launches),
+        "gemms": sum(1 for _ in ct.sgemms()),
+        "steps": len(ct.site_steps()),
+        "sites": len(ct.call_sites()),
+        "layout": "file" if ct.capture.layout.from_file else "inferred",
         "layout_note": p.layout_note,
         "mode": p.mode,
-        "naming": ct.layout.naming(),
+        "naming": ct.capture.layout.naming(),
         "gemms_not_judged": [
-            f"launch {i} (step {ct.trace.launches[i].step}, {ct.trace.launches[i].label})"
+            f"launch {i} (step {ct.launches[i].step}, {ct.launches[i].label})"
             for i in p.unresolved_gemms
         ],
     }
@@ -115,7 +115,7 @@ def capture_report(
         version=__version__,
         run_info={
             "capture": str(audit.folder),
-            "pids": {p.section: p.capture.process.pid for p in audit.processes},
+            "pids": {p.section: p.trace.capture.process.pid for p in audit.processes},
         },
     )
 
@@ -137,7 +137,7 @@ def run_capture_audit(req: CaptureRequest) -> RunOutcome:
     deliver(
         outcome,
         Deliveries(req.out, req.check, req.json_out, req.junit_out, req.trace_out),
-        lambda: [line for p in audit.processes for line in p.capture.trace.to_jsonl()],
+        lambda: [line for p in audit.processes for line in p.trace.to_jsonl()],
         req.output_format,
         capture_step_summary,
     )

@@ -32,11 +32,11 @@ from egf_audit.cli.validate import check_device, check_launch_timeout, check_ste
 from egf_audit.errors import AuditEnvironmentError, about_option
 from egf_audit.invariant_text import invariant_modules
 from egf_audit.pipeline.config import Config, check_run_memory, load_config
-from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends import cuda_usable, select_backend
 from egf_audit.runtime.backends.base import Backend
 from egf_audit.runtime.kernel_sources import KernelSet, load_kernel_set
 from egf_audit.scenarios.audit import Auditor, mode_scenarios
+from egf_audit.trace.audit_run import AuditRun
 
 if TYPE_CHECKING:
     from egf_audit.cli.delivery import RunOutcome

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from egf_audit.errors import AuditEnvironmentError, UsageError
 from egf_audit.runtime import cublas_witness
-from egf_audit.runtime.audit_run import AuditRun
 from egf_audit.runtime.backends.base import Backend
+from egf_audit.trace.audit_run import AuditRun
 
 
 @dataclass

@@ -42,9 +42,9 @@ from egf_audit.oracle.inputs import (
 )
 from egf_audit.oracle.tensor_checks import Compared, Joined, Measured, TensorCheck, joined
 from egf_audit.oracle.update_checks import in_update_order, update_rows
-from egf_audit.runtime.config_view import ConfigView, HyperView
-from egf_audit.runtime.contract import AFTER_BACKWARD, BRANCHES, param_shapes
-from egf_audit.runtime.trace import Missing, Trace
+from egf_audit.trace.config_view import ConfigView, HyperView
+from egf_audit.trace.contract import AFTER_BACKWARD, BRANCHES, param_shapes
+from egf_audit.trace.model import Missing, Trace
 
 
 @dataclass(frozen=True)

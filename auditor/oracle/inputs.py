@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from egf_audit.oracle import model
-from egf_audit.runtime.config_view import DimsView
-from egf_audit.runtime.contract import (
+from egf_audit.trace.config_view import DimsView
+from egf_audit.trace.contract import (
     AFTER_FORWARD,
     AFTER_LOSSES,
     ALPHA_GRAD_SMOOTHED_INDEX,
@@ -24,7 +24,7 @@ from egf_audit.runtime.contract import (
     STEP_START,
     param_shapes,
 )
-from egf_audit.runtime.trace import Missing, Snapshot, Trace
+from egf_audit.trace.model import Missing, Snapshot, Trace
 
 PARAM_NAMES_FIRST = "w_s1"  # param_shapes' first tensor: where a parameter table starts
 

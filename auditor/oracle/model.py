@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from egf_audit.runtime.config_view import HyperView
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES
+from egf_audit.trace.config_view import HyperView
+from egf_audit.trace.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES
 
 Params = dict[str, torch.Tensor]  # name -> [rows, cols] float64 (biases are [1, cols])
 Masks = dict[str, torch.Tensor]  # ReLU layer -> float64 0/1 of the pipeline's decisions

@@ -17,15 +17,15 @@ from egf_audit.oracle.tensor_checks import (
     joined,
     split,
 )
-from egf_audit.runtime.config_view import DimsView, HyperView
-from egf_audit.runtime.contract import (
+from egf_audit.trace.config_view import DimsView, HyperView
+from egf_audit.trace.contract import (
     AFTER_BACKWARD,
     BEFORE_POLYAK,
     STEP_END,
     STEP_START,
     param_shapes,
 )
-from egf_audit.runtime.trace import Missing
+from egf_audit.trace.model import Missing
 
 
 def state_like_params(

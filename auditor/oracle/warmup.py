@@ -31,8 +31,8 @@ from egf_audit.oracle import model
 from egf_audit.oracle.compare import argmax_flags, relu_flags
 from egf_audit.oracle.inputs import _f64
 from egf_audit.oracle.tensor_checks import Compared, Joined, Measured
-from egf_audit.runtime.config_view import ConfigView, DimsView, HyperView
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES, param_shapes
+from egf_audit.trace.config_view import ConfigView, DimsView, HyperView
+from egf_audit.trace.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES, param_shapes
 
 
 class Warmup:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from egf_audit.pipeline.gemm import gemm_colsum, gemm_dw, gemm_dx
 from egf_audit.pipeline.instance import TrainerInstance
 from egf_audit.pipeline.wiring import DwInput, Width
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     BRANCHES,
     WRAPPER_PREFIX,
 )

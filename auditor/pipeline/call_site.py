@@ -16,7 +16,7 @@ from egf_audit.pipeline.backward import backward_full, trunk_backward
 from egf_audit.pipeline.gemm import gemm_colsum, gemm_dw, gemm_dx
 from egf_audit.pipeline.instance import Probes, TrainerInstance
 from egf_audit.pipeline.wiring import BackwardEntry, ScaleTarget, Width
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     AFTER_ACCUMULATE,
     AFTER_BACKWARD_FULL,
     AFTER_INJECT,

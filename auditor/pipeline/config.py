@@ -25,10 +25,10 @@ from egf_audit.errors import UsageError, about_option
 from egf_audit.kernels import THREADS_PER_BLOCK
 from egf_audit.pipeline import memory_need
 from egf_audit.pipeline.layout import build_layout
-from egf_audit.runtime.config_view import ConfigDict
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX
-from egf_audit.runtime.hyper import Hyper
 from egf_audit.small_files import read_small_text
+from egf_audit.trace.config_view import ConfigDict
+from egf_audit.trace.contract import ALPHA_GRAD_SMOOTHED_INDEX
+from egf_audit.trace.hyper import Hyper
 
 MAX_DIM = 1 << 20
 # The kernels index with 32-bit ints (the ABI's rows, ld, sh2 are `int`): every element a

@@ -6,7 +6,7 @@ from __future__ import annotations
 from egf_audit.pipeline.gemm import gemm_xwt
 from egf_audit.pipeline.instance import TrainerInstance
 from egf_audit.pipeline.wiring import Width
-from egf_audit.runtime.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES
+from egf_audit.trace.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, BRANCHES
 
 
 def _names(net: str) -> tuple[str, str, str]:

@@ -13,9 +13,9 @@ from egf_audit.pipeline.config import Config
 from egf_audit.pipeline.layout import build_layout
 from egf_audit.pipeline.wiring import PRODUCTION, Width, Wiring
 from egf_audit.runtime.backends.base import Backend
-from egf_audit.runtime.contract import BRANCHES, PERSISTENT, param_shapes
 from egf_audit.runtime.memory import AddressMap, Layout
 from egf_audit.runtime.recorder import Recorder
+from egf_audit.trace.contract import BRANCHES, PERSISTENT, param_shapes
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ ISV) is one buffer holding one tensor of the same name.
 
 from __future__ import annotations
 
-from egf_audit.runtime.contract import BRANCHES, INT32_BUFFERS, param_shapes
 from egf_audit.runtime.memory import BufferSpec, Layout, Tensor
+from egf_audit.trace.contract import BRANCHES, INT32_BUFFERS, param_shapes
 
 
 def _packed(shapes: list[tuple[str, int, int]]) -> tuple[Tensor, ...]:

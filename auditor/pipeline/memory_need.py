@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from egf_audit.runtime.memory import ELEMENT_BYTES, Layout
+from egf_audit.runtime.memory import Layout
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
 MIB = 1 << 20
 BASE_BYTES = 256 * MIB  # the interpreter, torch and the compiled kernels, before any buffer

@@ -14,7 +14,7 @@ import numpy as np
 from egf_audit.pipeline import forward, update
 from egf_audit.pipeline.call_site import call_site
 from egf_audit.pipeline.instance import NO_PROBES, Probes, TrainerInstance
-from egf_audit.runtime.contract import (
+from egf_audit.trace.contract import (
     AFTER_BACKWARD,
     AFTER_FORWARD,
     AFTER_LOSSES,

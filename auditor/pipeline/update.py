@@ -8,7 +8,7 @@ import numpy as np
 from egf_audit.pipeline.gemm import gemm_dot, gemm_dx, gemm_xwt
 from egf_audit.pipeline.instance import TrainerInstance
 from egf_audit.pipeline.wiring import PolyakBlend
-from egf_audit.runtime.contract import ALPHA_GRAD_SMOOTHED_INDEX, param_shapes
+from egf_audit.trace.contract import ALPHA_GRAD_SMOOTHED_INDEX, param_shapes
 
 
 def gate_producer(p: TrainerInstance, label: str = "gate") -> None:

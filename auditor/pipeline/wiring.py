@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from egf_audit.runtime.contract import SITES
+from egf_audit.trace.contract import SITES
 
 
 class Width(StrEnum):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from egf_audit.runtime.gemm_rules import GEMM_ARGS
-from egf_audit.runtime.trace import Launch
+from egf_audit.trace.model import Launch
 
 FIELDS = GEMM_ARGS  # what is matched: the arguments that fix a GEMM's shape
 _CALL = re.compile(r"function\s+cublasStatus_t\s+(cublas\w+)\s*\(")

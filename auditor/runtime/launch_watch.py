@@ -22,17 +22,10 @@ from egf_audit.runtime.backends.base import (
     in_stream_order,
 )
 from egf_audit.runtime.costs import Costs
-from egf_audit.runtime.effects import (
-    CONTAINED,
-    Effects,
-    GuardBreach,
-    LaunchFailed,
-    StrayWrite,
-    guard_breaches,
-    stray_writes,
-)
+from egf_audit.runtime.guards import LaunchFailed, guard_breaches, stray_writes
 from egf_audit.runtime.memory import AddressMap, Layout
-from egf_audit.runtime.trace import Binding, Launch
+from egf_audit.trace.effects import CONTAINED, Effects, GuardBreach, StrayWrite
+from egf_audit.trace.model import Binding, Launch
 
 
 class LaunchSite:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from egf_audit.runtime.trace import BufferLayout
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
-ELEMENT_BYTES = 4  # fp32 and int32 alike
+if TYPE_CHECKING:
+    from egf_audit.trace.buffers import BufferLayout
 
 
 @dataclass(frozen=True)

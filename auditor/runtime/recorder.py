@@ -3,11 +3,11 @@
 Instrumented mode records each launch in order with its raw arguments, resolves every pointer to
 (buffer, region, tensor), and takes snapshots at named checkpoints. An out-of-bounds launch is
 recorded and NOT executed, so the audit reports it instead of corrupting memory. Every executed
-launch is watched (runtime/launch_watch.py, runtime/effects.py): each buffer is compared bitwise
-with its state before the launch outside the regions the launch declares it writes, the
-backend's guard zones are checked after every kernel, and a kernel whose process crashed, exited
-or hung is recorded so, its later launches skipped. Plain mode runs the same calls with all of
-that off.
+launch is watched (runtime/launch_watch.py, runtime/guards.py, trace/effects.py): each buffer is
+compared bitwise with its state before the launch outside the regions the launch declares it
+writes, the backend's guard zones are checked after every kernel, and a kernel whose process
+crashed, exited or hung is recorded so, its later launches skipped. Plain mode runs the same
+calls with all of that off.
 
 On the CPU each launch's observation is made before the next launch runs. On the GPU it is queued
 behind the launch on the device (backends/cuda_observe.py) and only the buffers the launch can
@@ -29,11 +29,12 @@ from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
 from egf_audit.runtime import costs as cost_kinds
 from egf_audit.runtime import gemm_rules
 from egf_audit.runtime.backends.base import Backend
-from egf_audit.runtime.effects import Effects, LaunchFailed
 from egf_audit.runtime.gemm_rules import GemmShape, gemm_operand_boxes
+from egf_audit.runtime.guards import LaunchFailed
 from egf_audit.runtime.launch_watch import LaunchSite, LaunchWatcher
 from egf_audit.runtime.memory import AddressMap, Layout
-from egf_audit.runtime.trace import Binding, Launch, Region, Snapshot, Trace, recorded_launch
+from egf_audit.trace.effects import Effects
+from egf_audit.trace.model import Binding, Launch, Region, Snapshot, Trace, recorded_launch
 
 
 class Recorder:

@@ -19,9 +19,9 @@ from egf_audit.pipeline.instance import Probes
 from egf_audit.pipeline.step import SP14Pipeline
 from egf_audit.pipeline.update import gate_producer
 from egf_audit.pipeline.wiring import PRODUCTION, ScaleTarget, Wiring
-from egf_audit.runtime.audit_run import AuditRun, Scenario
 from egf_audit.runtime.backends.base import Backend
-from egf_audit.runtime.contract import (
+from egf_audit.trace.audit_run import AuditRun, Scenario
+from egf_audit.trace.contract import (
     ALPHA_GRAD_SMOOTHED_INDEX,
     AUX_DOWN_INDEX,
     AUX_UP_INDEX,

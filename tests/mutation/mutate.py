@@ -167,11 +167,11 @@ def _without_layout(folder: Path, out: Path) -> Path:
 
 def _rebuild_runs() -> tuple[dict[str, tuple[Any, tuple[str, ...], frozenset[str] | None]], tuple]:
     from egf_audit.pipeline.config import preset_config
-    from egf_audit.runtime.audit_run import AuditRun
     from egf_audit.runtime.backends import select_backend
     from egf_audit.runtime.kernel_sources import load_kernel_set
     from egf_audit.scenarios.audit import Auditor
     from egf_audit.scenarios.faults import FAULTS
+    from egf_audit.trace.audit_run import AuditRun
 
     config, kernels = preset_config("ci"), load_kernel_set()
     backend = select_backend("cpu", kernels)
@@ -431,7 +431,7 @@ def capture_outcome(inputs: Inputs, name: str, keep: dict | None = None):
         for code, verdict in process.verdicts:
             yield f"capture|{name}|{process.section}|{code}", _status(verdict)
     if keep is not None:
-        keep[name] = [(p.section, p.capture) for p in audit.processes]
+        keep[name] = [(p.section, p.trace) for p in audit.processes]
 
 
 def outcomes(inputs: Inputs, cts: dict[str, list], codes: set[str] | None, module: str | None):

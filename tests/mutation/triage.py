@@ -58,7 +58,7 @@ IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
 AU = "auditor/cli/capture_audit.py"
 LS = "invariants/launch_shape.py"
-CM = "auditor/capture/model.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
+CM = "auditor/capture/gemm_operands.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
 
 TRIAGE: tuple[Entry, ...] = (
     # ---- launch_shape ----
@@ -239,7 +239,7 @@ TRIAGE: tuple[Entry, ...] = (
     Entry(
         E1,
         "check_capture",
-        "if not ct.sp14",
+        "if not ct.capture.sp14",
         "equivalent",
         "which of the two passing summaries is given: the words only",
     ),
@@ -547,14 +547,14 @@ TRIAGE: tuple[Entry, ...] = (
     Entry(
         E5,
         "check_capture",
-        "TARGET not in ct.layout.buffers",
+        "TARGET not in ct.capture.layout.buffers",
         "equivalent",
         "pointer_problem() raises the same Missing for target_params or params unnamed",
     ),
     Entry(
         E5,
         "check_capture",
-        "'params' not in ct.layout.buffers",
+        "'params' not in ct.capture.layout.buffers",
         "equivalent",
         "pointer_problem() raises the same Missing",
     ),
@@ -685,7 +685,7 @@ TRIAGE: tuple[Entry, ...] = (
     Entry(
         E7,
         "check_capture",
-        "'d_h_s2' not in ct.layout.buffers",
+        "'d_h_s2' not in ct.capture.layout.buffers",
         "equivalent",
         "pointer_problem() raises the same Missing for an unnamed d_h_s2",
     ),

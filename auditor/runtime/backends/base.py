@@ -105,7 +105,7 @@ class Backend(Protocol):
 
     def synchronize(self) -> None: ...
 
-    # ---- what a launch did (runtime/effects.py) ----
+    # ---- what a launch did (trace/effects.py) ----
     def guard_breaches(self) -> list[tuple[int, str, int, int]]:
         """(base pointer, "before"/"after", distance, count) for every allocation whose guard
         zone changed since the last call; the zones are restored."""

@@ -30,7 +30,8 @@ from egf_audit.runtime.backends.cpu_worker import KernelWorker, argument_format,
 from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
 from egf_audit.runtime.gemm_rules import GemmRefused, GemmShape, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
-from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
+from egf_audit.runtime.memory import BufferSpec
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
 _CTYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
     "int": ctypes.c_int,

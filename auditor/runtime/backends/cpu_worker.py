@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from egf_audit.runtime.backends.worker_process import describe_exit, die_with_parent
-from egf_audit.runtime.effects import LaunchFailed
+from egf_audit.runtime.guards import LaunchFailed
 
 _HEADER = struct.Struct("<HII")  # kernel index, blocks, threads
 _FORMATS = {"int": "i", "float": "d", "long long": "q"}  # doubles: ctypes rounds to fp32 as before

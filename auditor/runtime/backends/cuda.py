@@ -23,9 +23,10 @@ from egf_audit.runtime.backends.cuda_kernels import load_function, pack_argument
 from egf_audit.runtime.backends.cuda_observe import StreamObserver, ZoneTable, zone_table
 from egf_audit.runtime.backends.cuda_worker import GpuKernelWorker, WorkerKernel
 from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
-from egf_audit.runtime.effects import GUARD_ELEMENTS
+from egf_audit.runtime.guards import GUARD_ELEMENTS
 from egf_audit.runtime.kernel_sources import KernelSet
-from egf_audit.runtime.memory import ELEMENT_BYTES, BufferSpec
+from egf_audit.runtime.memory import BufferSpec
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
 _DTYPES = {"f32": np.float32, "i32": np.int32}
 _OPS = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}

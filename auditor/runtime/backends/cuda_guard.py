@@ -19,7 +19,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS, changed_outside
+from egf_audit.runtime.guards import CANARY_BITS, GUARD_ELEMENTS, changed_outside
 from egf_audit.runtime.sanitizer import SANITIZED_CHILD
 
 _SCAN = r"""

@@ -28,7 +28,7 @@ from egf_audit.runtime import costs as cost_kinds
 from egf_audit.runtime.backends import stream_records as records
 from egf_audit.runtime.backends.base import BreachFound, StrayFound
 from egf_audit.runtime.costs import Costs
-from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
+from egf_audit.runtime.guards import CANARY_BITS, GUARD_ELEMENTS
 
 SLOTS = 1 << 16  # (launch, reached allocation) records between two read-backs
 ZONE_COUNTERS = 1 << 22  # zone counters (three a zone, a set per kernel launch) between them

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.runtime.backends.worker_process import describe_signal, die_with_parent
-from egf_audit.runtime.effects import LaunchFailed
+from egf_audit.runtime.guards import LaunchFailed
 
 STARTUP_TIMEOUT_S = 600.0  # importing CuPy and compiling the kernels with NVRTC, cold
 

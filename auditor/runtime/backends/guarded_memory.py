@@ -31,8 +31,8 @@ import numpy as np
 
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.runtime.backends.cpu_build import load_library
-from egf_audit.runtime.effects import CANARY_BITS, GUARD_ELEMENTS
-from egf_audit.runtime.memory import ELEMENT_BYTES
+from egf_audit.runtime.guards import CANARY_BITS, GUARD_ELEMENTS
+from egf_audit.trace.buffers import ELEMENT_BYTES
 
 PAGE = mmap.PAGESIZE
 REACH = 1 << 33  # bytes of inaccessible address space on each side of a buffer (see above)

@@ -22,13 +22,13 @@ def main(folder: str, name: str) -> None:
         line["not_audited"] = audit.not_audited
         line["processes"] = []
         for p in audit.processes:
-            records = p.capture.process.records
+            records = p.trace.capture.process.records
             kernels = [r for r in records if r.kind == "kernel"]
             gemms = [r for r in records if r.kind in ("sgemm", "gemm")]
             line["processes"].append(
                 {
                     "section": p.section,
-                    "sp14": p.capture.sp14,
+                    "sp14": p.trace.capture.sp14,
                     "verdicts": {c: [v.status, v.summary] for c, v in p.verdicts},
                     "kernel_apis": collections.Counter(r.api for r in kernels),
                     "kernels_decoded": sum(r.decoded for r in kernels),
@@ -40,9 +40,9 @@ def main(folder: str, name: str) -> None:
                     "gemms_bound": sum("unbound" not in r.args for r in gemms),
                     "gemm_functions": collections.Counter(r.name for r in gemms),
                     "gemms_unbound": [r.args["unbound"] for r in gemms if "unbound" in r.args],
-                    "internal_lt": p.capture.process.internal_lt,
-                    "notes": p.capture.process.notes,
-                    "snapshots": len(p.capture.process.snapshots),
+                    "internal_lt": p.trace.capture.process.internal_lt,
+                    "notes": p.trace.capture.process.notes,
+                    "snapshots": len(p.trace.capture.process.snapshots),
                 }
             )
         print(json.dumps(line))

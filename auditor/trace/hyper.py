@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egf_audit.runtime.contract import POLYAK_TAU
+from egf_audit.trace.contract import POLYAK_TAU
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from egf_audit.runtime.contract import ACCUMULATE_KERNEL, SITES
+from egf_audit.trace.contract import ACCUMULATE_KERNEL, SITES
 
 RUN_KINDS = ("kernel", "sgemm")  # what a run of accumulates may not have between its launches
 

@@ -11,35 +11,17 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from egf_audit.runtime.call_sites import Site, call_sites
-from egf_audit.runtime.contract import STEP_START
-from egf_audit.runtime.effects import Effects
+from egf_audit.trace.buffers import BufferLayout
+from egf_audit.trace.call_sites import Site, call_sites
+from egf_audit.trace.contract import STEP_START
+from egf_audit.trace.effects import Effects
 
 if TYPE_CHECKING:  # imported where an array is made: `egf-audit capture` runs without numpy
     import numpy as np
 
-
-class BufferLayout(TypedDict):
-    """One buffer of `Trace.layout`, as the recorder (the rebuild's `Layout.as_dict`) and the
-    capture reader (`CaptureLayout.as_trace_layout`) write it."""
-
-    dtype: str  # "f32" or "i32"
-    size: int  # elements
-    tensors: dict[str, list[int]]  # name -> [offset, rows, cols]
-
-
-def tensor_table(layout: Mapping[str, BufferLayout], buffer: str) -> dict[str, list[int]]:
-    """The tensors of `buffer` in a trace's layout, by name; {} when the layout has none."""
-    spec = layout.get(buffer)
-    return {} if spec is None else spec.get("tensors", {})
-
-
-def buffer_size(layout: Mapping[str, BufferLayout], buffer: str) -> int | None:
-    """The size of `buffer` in a trace's layout, in elements; None when the layout has none."""
-    spec = layout.get(buffer)
-    return None if spec is None else spec.get("size")
+    from egf_audit.trace.captured import Captured
 
 
 class Missing(KeyError):
@@ -175,7 +157,7 @@ def recorded_launch(
     return launch
 
 
-class Snapshot(Mapping):
+class Snapshot(Mapping[str, "np.ndarray"]):
     """The buffers copied at one checkpoint. The copies stay where the backend made them (on
     the GPU: device memory, so a checkpoint costs a device-to-device copy, not a host round
     trip) and reach the host only when an invariant reads them, once."""
@@ -218,7 +200,10 @@ class Snapshot(Mapping):
 
 @dataclass
 class Trace:
-    """One scenario's recording: its launches in order and its snapshots by checkpoint."""
+    """One recording, the rebuild's or a capture's: its launches in order, their bindings, what
+    each was observed to do, its steps and call sites. What only one source holds is data on
+    it: a rebuild scenario's snapshots by checkpoint (`snapshots`); a captured process's
+    records, layout, allocations, snapshot regions and observed effects (`captured`)."""
 
     scenario: str
     backend: str
@@ -227,6 +212,20 @@ class Trace:
     launches: list[Launch] = field(default_factory=list)
     # snapshots[(step, checkpoint)][buffer] -> host copy (float32 or int32), made on first read
     snapshots: dict[tuple[int, str], Mapping[str, np.ndarray]] = field(default_factory=dict)
+    # a capture of the trainer's own process: what only it holds; None on the rebuild's trace
+    captured: Captured | None = None
+    # the call sites as last cut, and the launch list (its id and length) the cut saw: a
+    # recorder only appends to it; a copy made by dataclasses.replace starts uncut
+    _sites: tuple[tuple[int, int], list[Site]] = field(
+        default=((0, -1), []), init=False, repr=False, compare=False
+    )
+
+    @property
+    def capture(self) -> Captured:
+        """What only a capture holds; on a rebuild's trace, missing data."""
+        if self.captured is None:
+            raise Missing(f"{self.scenario} is no capture of a trainer's process")
+        return self.captured
 
     def sgemms(self) -> Iterator[Launch]:
         return (x for x in self.launches if x.kind == "sgemm")
@@ -295,9 +294,18 @@ class Trace:
         return sorted({x.step for x in self.launches})
 
     def call_sites(self) -> list[Site]:
-        """Its steps' backward_full call sites, cut from its launches' kinds and names as a
-        capture's are (runtime/call_sites.py), never from their labels."""
-        return call_sites(self.launches)
+        """Its steps' backward_full call sites, cut from its launches' kinds and names alone
+        (trace/call_sites.py), never from their labels; cut once for the launches it has."""
+        seen, sites = self._sites
+        now = (id(self.launches), len(self.launches))
+        if seen != now:
+            sites = call_sites(self.launches)
+            self._sites = (now, sites)
+        return sites
+
+    def site_steps(self) -> list[int]:
+        """The steps that have a call site: the training steps a capture ran to their end."""
+        return sorted({s.step for s in self.call_sites()})
 
     def call_sites_by_step(self) -> dict[tuple[int, str], Site]:
         """Its call sites by (step, name): a check cuts them once and looks each site up (a

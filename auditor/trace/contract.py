@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from egf_audit.runtime.config_view import DimsView
+from egf_audit.trace.config_view import DimsView
 
 # ---- the trainer's Polyak blend (kernels/CONTRACT.md, section 2) ----
 # The preset's tau; a trainer configured otherwise states its tau (a config file for the

@@ -1,17 +1,14 @@
-"""What a launch was observed to do to memory, as opposed to what the kernel table declares.
-
-The recorder watches every executed launch: the backend reports guard zones found overwritten
-(canaries around every allocation), the recorder compares every buffer with its state before
-the launch outside the launch's declared write regions, and a launch that crashed, exited or hung
-the process that ran it is recorded with what happened. EGF013 reads these records; nothing here
-decides a verdict.
+"""The guard zones around every allocation and the comparison a backend makes after a launch:
+what the rebuild's launch watch observes (the records it makes of it are in
+egf_audit.trace.effects), and the error a worker raises when the launch killed it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from egf_audit.trace.effects import GuardBreach, StrayWrite
 
 # The bit pattern every guard zone holds: a signalling NaN no kernel of the pipeline writes.
 CANARY_BITS = 0x7FA5A5A5
@@ -24,45 +21,6 @@ class LaunchFailed(RuntimeError):
     def __init__(self, what: str):
         super().__init__(what)
         self.what = what
-
-
-@dataclass(frozen=True)
-class GuardBreach:
-    """A guard zone of an allocation found overwritten after a launch."""
-
-    buffer: str
-    side: str  # "before" or "after" the buffer
-    distance: int  # elements from the buffer's edge to the first changed canary (1 = adjacent)
-    count: int  # canaries changed
-
-
-@dataclass(frozen=True)
-class StrayWrite:
-    """Elements of a buffer that changed outside every region the launch declared it writes."""
-
-    buffer: str
-    element: int  # first changed element (offset inside the buffer)
-    tensor: str | None  # the named tensor holding it
-    count: int  # elements changed outside the declared regions
-    old_bits: int  # uint32 bits before and after, of the first one
-    new_bits: int
-
-
-@dataclass(frozen=True)
-class Effects:
-    """What one executed launch was seen to do. Empty tuples and no failure: contained."""
-
-    stray_writes: tuple[StrayWrite, ...] = ()
-    guard_breaches: tuple[GuardBreach, ...] = ()
-    failure: str | None = None  # "crashed with SIGSEGV", "exited with status 0", ...
-    not_run: str | None = None  # why a launch was skipped (its kernel failed before)
-
-    @property
-    def contained(self) -> bool:
-        return not (self.stray_writes or self.guard_breaches or self.failure or self.not_run)
-
-
-CONTAINED = Effects()
 
 
 def changed_outside(

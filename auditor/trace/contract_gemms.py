@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from egf_audit.runtime.contract import BRANCHES, DIR_CONCAT, DIR_DX, TARGET
+from egf_audit.trace.contract import BRANCHES, DIR_CONCAT, DIR_DX, TARGET
 
 ONLINE, GRADS = "params", "grad_buf"
 
@@ -55,8 +55,14 @@ def _forward(net: str) -> list[ContractGemm]:
     """The forward of one net: the online one on obs into save_*, the target on next_obs into
     tgt_*; both nets' d = 0 branch reads the shared concat scratch."""
     online = net == ONLINE
-    w = (lambda t: TensorRef(ONLINE, t)) if online else (lambda t: TensorRef(TARGET, t))
-    act = (lambda t: _own(f"save_{t}")) if online else (lambda t: _own(f"tgt_{t}"))
+    weights, prefix = (ONLINE, "save_") if online else (TARGET, "tgt_")
+
+    def w(t: str) -> TensorRef:
+        return TensorRef(weights, t)
+
+    def act(t: str) -> TensorRef:
+        return _own(f"{prefix}{t}")
+
     tag = "@online" if online else "@target"
     h_s1, h_s2 = act("h_s1"), act("h_s2")
     rows = [
@@ -90,7 +96,11 @@ def _layer_backward(
     """One linear layer's backward: db = 1^T . dY, dW = dY^T . x, and dX = dY . W (the online
     W), labelled `{stem}_db{tag}` and so on; `layer` is (weight, bias)."""
     weight, bias = layer
-    ones, grad = _own("ones_b"), (lambda t: TensorRef(GRADS, t))
+    ones = _own("ones_b")
+
+    def grad(t: str) -> TensorRef:
+        return TensorRef(GRADS, t)
+
     rows = [
         ContractGemm(f"{stem}_db{tag}", dy, ones, grad(bias)),
         ContractGemm(f"{stem}_dw{tag}", x, dy, grad(weight)),

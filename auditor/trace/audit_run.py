@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from egf_audit.runtime.config_view import ConfigView
-from egf_audit.runtime.trace import Trace
+from egf_audit.trace.config_view import ConfigView
+from egf_audit.trace.model import Trace
 
 
 @dataclass(frozen=True)
