@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from egf_audit.capture.evidence import observed_write
 from egf_audit.trace.contract import AUX_DOWN_INDEX, AUX_UP_INDEX, SITES
+from egf_audit.trace.evidence import observed_write
 from egf_audit.trace.model import Missing
 from egf_audit.trace.process import HASH_FNV1A, HASH_MIX64
 
@@ -316,8 +316,8 @@ def wire_at_accumulate(ct: Trace, site: Site, wire_col: int) -> tuple[Launch, np
     accumulate's own `ld_concat` names: a launch's arguments are what is audited. Its values
     come from that accumulate's before-snapshot where it holds the whole buffer from its start,
     else from a deep capture's memory history just before it; neither is missing data."""
-    from egf_audit.capture.memory import MemoryHistory, Request
     from egf_audit.trace.contract import ACCUMULATE_KERNEL, DIR_DX
+    from egf_audit.trace.memory_history import MemoryHistory, Request
 
     rows, ld = dims_of(ct).B, wire_col + 1
     base = ct.capture.layout.base_of(DIR_DX)

@@ -31,11 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from egf_audit.capture.bindings import bindings_of
-from egf_audit.capture.memory import MemoryHistory, Request
-from egf_audit.capture.spans import Spans
 from egf_audit.oracle import model
 from egf_audit.oracle.inputs import NETS
+from egf_audit.trace.bindings import bindings_of
 from egf_audit.trace.buffers import ELEMENT_BYTES, Buffer, BufferLayout, CaptureLayout
 from egf_audit.trace.config_view import ConfigDict, HyperView
 from egf_audit.trace.contract import (
@@ -53,8 +51,10 @@ from egf_audit.trace.contract import (
     STEP_END,
     STEP_START,
 )
+from egf_audit.trace.memory_history import MemoryHistory, Request
 from egf_audit.trace.model import Launch, Missing, Trace
 from egf_audit.trace.process import GEMM_KINDS, Record, SnapshotRegion
+from egf_audit.trace.spans import Spans
 
 # the layout dims the oracle's shapes come from
 DIM_NAMES = ("B", "OBS", "SH1", "SH2", "AUXK", "ADV", "VALH", "A", "E", "N_ISV")

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
-from egf_audit.capture.gemm_operands import GemmOperand, gemm_operands
-from egf_audit.capture.spans import whole_buffers
 from egf_audit.invariants.allocation_bounds import allocation_of, allocation_problem
 from egf_audit.invariants.capture_roles import role_problems
 from egf_audit.invariants.common import mode_traces
@@ -20,8 +18,10 @@ from egf_audit.invariants.gemm_spans import (
 )
 from egf_audit.invariants.launch_shape import launch_shape_problem
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
-from egf_audit.runtime.gemm_rules import GEMM_ARGS
 from egf_audit.trace.buffers import ELEMENT_BYTES, buffer_size
+from egf_audit.trace.gemm_operands import GemmOperand, gemm_operands
+from egf_audit.trace.gemm_rules import GEMM_ARGS
+from egf_audit.trace.spans import whole_buffers
 
 if TYPE_CHECKING:
     from egf_audit.trace.audit_run import AuditRun

@@ -7,9 +7,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from egf_audit.capture.evidence import guard_changes
-from egf_audit.capture.observed import calls_changing, observations
-from egf_audit.capture.spans import Spans, Unbounded, box_ranges, declared
 from egf_audit.invariants.common import alpha_at, bit_mismatch, in_step, json_float, mode_traces
 from egf_audit.invariants.registry import Invariant, Verdict, failed, failed_with, passed, undecided
 from egf_audit.trace.buffers import tensor_table
@@ -21,8 +18,11 @@ from egf_audit.trace.contract import (
     REPLAYED_STEP,
     SCALE_KERNEL,
 )
+from egf_audit.trace.evidence import guard_changes
 from egf_audit.trace.model import Missing
+from egf_audit.trace.observed import calls_changing, observations
 from egf_audit.trace.process import GEMM_KINDS
+from egf_audit.trace.spans import Spans, Unbounded, box_ranges, declared
 
 if TYPE_CHECKING:
     from egf_audit.trace.audit_run import AuditRun

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from egf_audit.capture.evidence import observed_write
 from egf_audit.invariants.capture_common import (
     certainly_writes,
     may_write,
@@ -41,6 +40,7 @@ from egf_audit.trace.contract import (
     TARGET_FORWARD_BEGIN,
     TARGET_FORWARD_END,
 )
+from egf_audit.trace.evidence import observed_write
 from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ from egf_audit.invariants.registry import (
     passed,
 )
 from egf_audit.oracle.inputs import StepSnapshots, device, flat_snapshot
-from egf_audit.runtime.gemm_rules import contraction
 from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
     AFTER_FORWARD,
@@ -38,6 +37,7 @@ from egf_audit.trace.contract import (
     SITES,
     at_site,
 )
+from egf_audit.trace.gemm_rules import contraction
 from egf_audit.trace.model import Missing
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.bindings import bindings_of
 from egf_audit.invariants.common import (
     describe,
     in_step,
@@ -24,6 +23,7 @@ from egf_audit.invariants.common import (
     steps,
 )
 from egf_audit.invariants.registry import Invariant, Verdict, failed, passed, undecided
+from egf_audit.trace.bindings import bindings_of
 from egf_audit.trace.buffers import tensor_table
 from egf_audit.trace.model import Trace
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.observed import observations, where
-from egf_audit.capture.spans import Spans
 from egf_audit.invariants.registry import (
     Invariant,
     Verdict,
@@ -15,6 +13,8 @@ from egf_audit.invariants.registry import (
     passed,
     undecided,
 )
+from egf_audit.trace.observed import observations, where
+from egf_audit.trace.spans import Spans
 
 if TYPE_CHECKING:
     from egf_audit.trace.audit_run import AuditRun
@@ -144,7 +144,7 @@ def _contradictions(ct: Trace, changed: dict[int, Spans]) -> list[str]:
 
 def check_capture(ct: Trace) -> Verdict:
     """A deep capture: every change the recorder saw after a kernel launch, memset or copy lies
-    inside what that call may write (capture/observed.py); an undeep capture is UNDECIDED."""
+    inside what that call may write (trace/observed.py); an undeep capture is UNDECIDED."""
     if not ct.capture.process.deep:
         return undecided(NOT_DEEP)
     observed, problems = observations(ct)

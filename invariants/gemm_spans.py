@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, contraction, gemm_operand_boxes
+from egf_audit.trace.gemm_rules import GEMM_ARGS, GemmShape, contraction, gemm_operand_boxes
 
 if TYPE_CHECKING:
     from egf_audit.trace.model import Launch, Region

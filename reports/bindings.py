@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from egf_audit.kernels import KERNELS_BY_NAME
-from egf_audit.runtime.gemm_rules import GEMM_ARGS
+from egf_audit.trace.gemm_rules import GEMM_ARGS
 from egf_audit.trace.model import Binding, Launch
 
 # How the trainer names offsets into its flat buffers (poff_w_b0fc, goff_w_b0fc, ...).

@@ -21,12 +21,12 @@ from egf_audit.capture import files
 from egf_audit.capture.events import MAX_CALL_LINES, MAX_NOTES
 from egf_audit.capture.files import gunzip_small, parse_json
 from egf_audit.capture.layout import load_layout_file
-from egf_audit.capture.spans import MAX_BOX_ROWS, Spans, Unbounded, box_ranges
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.capture_common import mix64_hex, zeros_hash
 from egf_audit.trace.allocations import Allocation, AllocationIndex
 from egf_audit.trace.contract import SCALE_KERNEL
+from egf_audit.trace.spans import MAX_BOX_ROWS, Spans, Unbounded, box_ranges
 
 DATA = Path(__file__).parent / "data" / "capture"
 
@@ -295,7 +295,7 @@ def test_a_launchs_declared_region_is_spelled_out_inside_its_allocation(cap):
     from egf_audit.capture.convert import to_trace
     from egf_audit.capture.events import read_capture
     from egf_audit.capture.inference import infer_layout
-    from egf_audit.capture.spans import declared
+    from egf_audit.trace.spans import declared
 
     number = cap.first_of("kernel", SCALE_KERNEL)
     rows = [4, 2**31 - 1]

@@ -31,10 +31,10 @@ from egf_audit.capture.cpu_capture import run_cpu_capture
 from egf_audit.capture.cpu_kernels import build_source, find_kernels
 from egf_audit.capture.cpu_libraries import expand, stubs_source
 from egf_audit.capture.events import read_capture
-from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS
+from egf_audit.trace.gemm_operands import gemm_operands
 
 RECORDED = Path(__file__).parent / "data" / "capture" / "runtime" / "recorded"
 PROBE_KERNELS = Path(__file__).parent / "data" / "capture" / "cpu" / "kernels"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from cpu_capture import PID, capture_standin
 
-from egf_audit.capture.spans import Spans
 from egf_audit.cli.capture_audit import CaptureAudit, audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
+from egf_audit.trace.spans import Spans
 
 EVENTS = f"events-{PID}.jsonl"
 
@@ -320,8 +320,8 @@ def test_only_a_cublas_library_on_the_stack_makes_a_launch_the_gemm_s(deep, tmp_
 def test_a_strided_batched_gemm_writes_every_batch_and_reads_a_and_b():
     """C of m = n = 8 at ldc 8 and strideC 64, 3 batches: three contiguous 256-byte boxes,
     back to back; A and B are read (4 x 8 at lda 4, strides 32), C is not (beta = 0)."""
-    from egf_audit.capture.spans import declared
     from egf_audit.trace.process import Record
+    from egf_audit.trace.spans import declared
 
     args = {
         "transa": "T",

@@ -15,12 +15,12 @@ import pytest
 from capture_folders import write_manifest
 
 from egf_audit.capture.events import read_capture
-from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.capture.kernel_params import source_name
 from egf_audit.capture.layout import load_layout_file, place
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
+from egf_audit.trace.gemm_operands import gemm_operands
 
 PID = 777
 HEADERS = {
@@ -740,7 +740,7 @@ def test_a_free_after_the_gemm_or_of_another_address_changes_nothing(tmp_path):
 def test_a_gemm_whose_arguments_cublas_refuses_fails_egf001_as_never_run(tmp_path, record, words):
     """cuBLAS's logger writes the call before cuBLAS checks it; CUBLAS_STATUS_INVALID_VALUE
     then leaves every operand untouched, so the step's product was never computed. The rebuild
-    records the same refusal (runtime/gemm_rules.py) and EGF001 fails it in both modes."""
+    records the same refusal (trace/gemm_rules.py) and EGF001 fails it in both modes."""
     events = Events()
     events.alloc(BASE, 4 * TOTAL)
     record(events)

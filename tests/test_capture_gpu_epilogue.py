@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from egf_audit.capture.events import read_capture
-from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.invariants.registry import FAIL, PASS
+from egf_audit.trace.gemm_operands import gemm_operands
 
 pytestmark = pytest.mark.gpu
 DATA = Path(__file__).parent / "data" / "capture"

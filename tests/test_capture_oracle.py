@@ -1,5 +1,5 @@
 """EGF010 from a deep capture with values (invariants/capture_oracle.py) and the memory history
-it reads (capture/memory.py): what the history knows and what it refuses to guess, and
+it reads (trace/memory_history.py): what the history knows and what it refuses to guess, and
 the ways a values file can lie or be cut off, each a FAIL or a refusal (exit 2), never a pass.
 
 The capture edited here is the runtime trainer's, captured --deep on the H200
@@ -19,10 +19,10 @@ import pytest
 from capture_folders import write_manifest
 
 from egf_audit.capture.events import read_capture
-from egf_audit.capture.memory import MemoryHistory, Request
 from egf_audit.cli.capture_audit import audit_capture
 from egf_audit.errors import UsageError
 from egf_audit.invariants.registry import FAIL, PASS, UNDECIDED
+from egf_audit.trace.memory_history import MemoryHistory, Request
 from egf_audit.trace.model import Missing
 from egf_audit.trace.process import Contents, Effect, ProcessCapture, Record
 

@@ -11,7 +11,7 @@ import pytest
 
 from egf_audit.invariants import INVARIANTS_BY_CODE
 from egf_audit.pipeline.step import SP14Pipeline
-from egf_audit.runtime.gemm_rules import GemmRefused, GemmShape, invalid_value
+from egf_audit.trace.gemm_rules import GemmRefused, GemmShape, invalid_value
 
 # (transa, transb, m, n, k, lda, ldb, ldc) and the words of the refusal
 REFUSED = (

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from egf_audit.capture.spans import Spans
 from egf_audit.invariants.common import bit_mismatch, bits
 from egf_audit.invariants.egf002_dw_unaffected_by_scale import FlowCall, dw_flow_problems
 from egf_audit.invariants.egf005_target_net_untouched import target_write
@@ -21,6 +20,7 @@ from egf_audit.invariants.wire_gate import expected_wire
 from egf_audit.trace.call_sites import Cut, Site, call_sites
 from egf_audit.trace.contract import ACCUMULATE_KERNEL, POLYAK_KERNEL, TARGET
 from egf_audit.trace.model import Binding, Launch, Region
+from egf_audit.trace.spans import Spans
 
 # ---- EGF012: one reading of ISV[393] against what the contract asks of it there ----
 GATE_CASES = [

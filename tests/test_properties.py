@@ -59,7 +59,7 @@ def test_clean_passes_and_k_mismatches_are_caught_at_every_shape(backend, shape,
         assert verdict.status == FAIL, f"{name} not caught by EGF001 at {shape}: {verdict.summary}"
 
 
-# ---- byte sets (capture/spans.py): every operation is the set of bytes it names ----
+# ---- byte sets (trace/spans.py): every operation is the set of bytes it names ----
 _RANGES = st.lists(
     st.tuples(st.integers(0, 200), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1])),
     max_size=8,
@@ -72,7 +72,7 @@ def _bytes(spans) -> set[int]:
 
 @given(_RANGES, _RANGES)
 def test_byte_sets_minus_intersect_and_union_are_set_arithmetic(a, b):
-    from egf_audit.capture.spans import Spans
+    from egf_audit.trace.spans import Spans
 
     x, y = Spans.of(a), Spans.of(b)
     for got, want in (

@@ -4,7 +4,7 @@ Steps are cut at each `polyak_ema` (the last launch of a trainer step). Call sit
 the rebuild's are (trace/call_sites.py: the runs of `accumulate_d_h_s2_from_concat`
 launches, one run per `backward_full` call site). Every pointer argument is
 bound to the named buffer it lands in, or to none; a GEMM of any entry point binds each of its
-batches' operands (capture/bindings.py, gemm_operands); a kernel egf-audit does not know
+batches' operands (trace/bindings.py, gemm_operands); a kernel egf-audit does not know
 gets access "?" on every buffer its pointer arguments land in: it may write any of them.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from egf_audit.capture.bindings import bindings_of
 from egf_audit.capture.gemms import refusal
 from egf_audit.trace.allocations import Allocation
+from egf_audit.trace.bindings import bindings_of
 from egf_audit.trace.buffers import CaptureLayout
 from egf_audit.trace.call_sites import Cut, call_sites
 from egf_audit.trace.captured import Captured

@@ -17,7 +17,7 @@ import sys
 from typing import Any, NoReturn
 
 from egf_audit.errors import UsageError
-from egf_audit.runtime.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
+from egf_audit.trace.gemm_rules import GEMM_ARGS, GEMM_INTS, GEMM_OPS
 from egf_audit.trace.process import Record
 
 from .gemms import classic_gemm, operands_problem

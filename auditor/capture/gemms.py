@@ -21,8 +21,8 @@ import re
 import struct
 from typing import Any
 
-from egf_audit.capture.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
-from egf_audit.runtime.gemm_rules import GEMM_ARGS, GemmShape, invalid_value, ld_below_rows
+from egf_audit.trace.gemm_operands import MAX_BATCHES_BOUND, gemm_operands
+from egf_audit.trace.gemm_rules import GEMM_ARGS, GemmShape, invalid_value, ld_below_rows
 
 from .schema import ADDRESS_LIMIT, LOWEST_ADDRESS
 
@@ -206,7 +206,7 @@ def operands_problem(args: dict[str, Any]) -> str | None:
 
 def refusal(args: dict[str, Any]) -> str | None:
     """Why cuBLAS refuses a recorded GEMM's arguments with CUBLAS_STATUS_INVALID_VALUE and
-    computes nothing, by the rules the rebuild's recorder applies (runtime/gemm_rules.py: a
+    computes nothing, by the rules the rebuild's recorder applies (trace/gemm_rules.py: a
     negative size, a leading dimension below the rows its column-major operand stores), or
     None. Its logger wrote the call before refusing it, so the capture holds a GEMM that never
     ran. For a real matrix, op C is op T; cuBLASLt holds D's leading dimension to the rule too."""

@@ -13,7 +13,6 @@ batch reads where its stride is R rows, is judged by EGF001 from the call itself
 
 from __future__ import annotations
 
-from egf_audit.runtime.gemm_rules import contraction
 from egf_audit.trace.buffers import ELEMENT_BYTES, Buffer, CaptureLayout
 from egf_audit.trace.contract import (
     ACCUMULATE_KERNEL,
@@ -25,6 +24,7 @@ from egf_audit.trace.contract import (
     SCALE_KERNEL,
     TARGET,
 )
+from egf_audit.trace.gemm_rules import contraction
 from egf_audit.trace.process import ProcessCapture, Record
 
 

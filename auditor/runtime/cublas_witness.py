@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from egf_audit.runtime.gemm_rules import GEMM_ARGS
+from egf_audit.trace.gemm_rules import GEMM_ARGS
 from egf_audit.trace.model import Launch
 
 FIELDS = GEMM_ARGS  # what is matched: the arguments that fix a GEMM's shape

@@ -27,13 +27,13 @@ import numpy as np
 from egf_audit.errors import AuditEnvironmentError
 from egf_audit.kernels import KERNELS_BY_NAME, THREADS_PER_BLOCK, blocks_for
 from egf_audit.runtime import costs as cost_kinds
-from egf_audit.runtime import gemm_rules
 from egf_audit.runtime.backends.base import Backend
-from egf_audit.runtime.gemm_rules import GemmShape, gemm_operand_boxes
 from egf_audit.runtime.guards import LaunchFailed
 from egf_audit.runtime.launch_watch import LaunchSite, LaunchWatcher
 from egf_audit.runtime.memory import AddressMap, Layout
+from egf_audit.trace import gemm_rules
 from egf_audit.trace.effects import Effects
+from egf_audit.trace.gemm_rules import GemmShape, gemm_operand_boxes
 from egf_audit.trace.model import Binding, Launch, Region, Snapshot, Trace, recorded_launch
 
 

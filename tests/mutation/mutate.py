@@ -6,7 +6,7 @@
     python tests/mutation/mutate.py report FILE               # the score and the survivors
 
 The mutants (tests/mutation/operators.py) edit the deciding code of invariants/*.py and of
-auditor/capture/{layout,inference,convert,observed,evidence}.py and
+auditor/capture/{layout,inference,convert}.py, auditor/trace/{observed,evidence}.py and
 auditor/cli/capture_audit.py in memory; no file is written but `--out`
 and the inputs under a temporary folder. pytest is not run per mutant: the inputs the test
 suite judges are built once, their verdicts recorded, and each mutant is judged in a forked
@@ -437,7 +437,7 @@ def capture_outcome(inputs: Inputs, name: str, keep: dict | None = None):
 def outcomes(inputs: Inputs, cts: dict[str, list], codes: set[str] | None, module: str | None):
     """(key, status) of what a mutant of `module` can change, in the order most likely to
     differ first: the rebuild verdicts of `codes` (None: all) on every run, then their capture
-    verdicts on the recorded CaptureTraces; for a capture module, every capture's whole audit.
+    verdicts on the recorded capture traces; for a capture module, every capture's whole audit.
     `module` None: everything (the original verdicts)."""
     if module in CAPTURE_MODULES:
         for name in inputs.captures:

@@ -47,8 +47,10 @@ TARGETS: tuple[tuple[str, str], ...] = tuple(
     + [("invariants/__init__.py", "egf_audit.invariants")]
     + [
         (f"auditor/capture/{n}.py", f"egf_audit.capture.{n}")
-        for n in ("layout", "inference", "convert", "observed", "evidence")
+        for n in ("layout", "inference", "convert")
     ]
+    # what a capture observed a launch do, queried on the trace model (auditor/trace/)
+    + [(f"auditor/trace/{n}.py", f"egf_audit.trace.{n}") for n in ("observed", "evidence")]
     # run --capture's orchestration (every invariant over every process), and what a capture
     # observed a launch do, moved out of invariants/ and auditor/capture/ by the house work
     + [("auditor/cli/capture_audit.py", "egf_audit.cli.capture_audit")]

@@ -58,7 +58,7 @@ IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
 AU = "auditor/cli/capture_audit.py"
 LS = "invariants/launch_shape.py"
-CM = "auditor/capture/gemm_operands.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
+CM = "auditor/trace/gemm_operands.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
 
 TRIAGE: tuple[Entry, ...] = (
     # ---- launch_shape ----

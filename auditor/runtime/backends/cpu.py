@@ -28,10 +28,10 @@ from egf_audit.runtime.backends import guarded_memory
 from egf_audit.runtime.backends.cpu_build import compiler, compiler_id, load_library
 from egf_audit.runtime.backends.cpu_worker import KernelWorker, argument_format, reap_stopped
 from egf_audit.runtime.backends.worker_process import DEFAULT_LAUNCH_TIMEOUT_S
-from egf_audit.runtime.gemm_rules import GemmRefused, GemmShape, invalid_value
 from egf_audit.runtime.kernel_sources import KernelSet, KernelSource
 from egf_audit.runtime.memory import BufferSpec
 from egf_audit.trace.buffers import ELEMENT_BYTES
+from egf_audit.trace.gemm_rules import GemmRefused, GemmShape, invalid_value
 
 _CTYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
     "int": ctypes.c_int,

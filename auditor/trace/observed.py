@@ -3,7 +3,7 @@
 A deep capture (`egf-audit capture --deep`) holds, after every kernel launch, memset and copy,
 the runs of bytes that changed in any live allocation (`Effect`). Here they are paired with the
 call that made them and with what that call declares it writes, in the process's addresses
-(capture/spans.py):
+(trace/spans.py):
 
 - an ABI kernel egf-audit knows: its kernel-table write boxes on its pointer arguments;
 - a GEMM: every batch's C (cuBLASLt: D) box; the kernels cuBLAS launched inside the call (the
@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.spans import Spans, Unbounded, declared, whole
 from egf_audit.trace.process import OBSERVED_KINDS
+from egf_audit.trace.spans import Spans, Unbounded, declared, whole
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

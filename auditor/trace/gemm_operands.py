@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from egf_audit.runtime.gemm_rules import GemmShape, gemm_operand_boxes
 from egf_audit.trace.buffers import ELEMENT_BYTES
+from egf_audit.trace.gemm_rules import GemmShape, gemm_operand_boxes
 
 # Every GEMM record (cublasSgemm_v2, cublasGemmEx, the batched and strided-batched calls,
 # cublasLtMatmul) carries the SGEMM's eight shape arguments (transa, transb, m, n, k, lda, ldb,

@@ -4,14 +4,16 @@ named buffer and tensor it lands in, the same `Binding` the rebuild's recorder m
 
 from __future__ import annotations
 
-from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.trace.buffers import ELEMENT_BYTES, CaptureLayout
+from egf_audit.trace.gemm_operands import gemm_operands
 from egf_audit.trace.model import Binding, Region
 from egf_audit.trace.process import GEMM_KINDS, Record
 
 
-def _binding(layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple) -> Binding:
+def _binding(
+    layout: CaptureLayout, role: str, ptr: int, access: str, box: tuple[int, int, int, int]
+) -> Binding:
     rel, rows, width, ld = box
     where = layout.resolve(ptr) if isinstance(ptr, int) else None
     if where is None:

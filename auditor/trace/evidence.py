@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.spans import Spans
 from egf_audit.trace.buffers import ELEMENT_BYTES
+from egf_audit.trace.spans import Spans
 
 if TYPE_CHECKING:
     from egf_audit.trace.model import Launch, Trace

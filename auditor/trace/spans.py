@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from egf_audit.capture.gemm_operands import gemm_operands
 from egf_audit.kernels import KERNELS_BY_NAME
 from egf_audit.trace.allocations import Allocation
 from egf_audit.trace.buffers import ELEMENT_BYTES, CaptureLayout
+from egf_audit.trace.gemm_operands import gemm_operands
 from egf_audit.trace.process import GEMM_KINDS, Record
 
 if TYPE_CHECKING:
