@@ -472,6 +472,21 @@ def test_a_gemm_whose_log_gives_a_negative_batch_count_is_refused(tmp_path):
         read_capture(events.write(tmp_path / "c"))
 
 
+@pytest.mark.parametrize("function", ["cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx"])
+@pytest.mark.parametrize("arg", ["A", "B", "C", "strideB", "strideC", "batchCount"])
+def test_a_strided_call_whose_log_lacks_an_operand_or_a_stride_is_refused(tmp_path, function, arg):
+    """Every argument that places an operand's batches, refused when the log lost it: a pointer
+    that was never there crashed the reader, and a stride or count taken as 0 or 1 would judge
+    one batch of a call that ran many."""
+    events = Events()
+    strided_s(events, function)
+    (gone,) = [i for i, e in enumerate(events.lines) if e.get("msg", "").startswith(f"i!  {arg}:")]
+    del events.lines[gone]
+    events.lines = [e | {"seq": i} for i, e in enumerate(events.lines)]
+    with pytest.raises(UsageError, match=rf"line 2: {function} call: its log gives no {arg}$"):
+        read_capture(events.write(tmp_path / "c"))
+
+
 # ---- a process that is no SP14 trainer ----
 def test_generic_verdicts_pass_whole_rows_of_named_tensors_and_fail_a_column_block(tmp_path):
     clean, planted = Events(), Events()

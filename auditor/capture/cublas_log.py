@@ -73,6 +73,9 @@ def _gemm_problem(function: str, args: dict[str, Any], bits: dict[str, Any]) -> 
             missing += [f"{k} bits" for k in ("alpha", "beta") if f"{k}_bits" not in bits]
         if missing:
             return f"its log gives no {', '.join(missing)}"
+    # a call of the SGEMM's shape: its operands will be placed, so all that places them is asked
+    elif all(k in args for k in GEMM_ARGS) and (missing := _batched_args_missing(function, args)):
+        return f"its log gives no {', '.join(missing)}"
     for k in GEMM_OPS:
         if k in args and args[k] not in ("N", "T", "C"):
             return f"{k} {args[k]!r} is no CUBLAS_OP_N, _T or _C"
@@ -88,6 +91,18 @@ def _gemm_problem(function: str, args: dict[str, Any], bits: dict[str, Any]) -> 
     if "batchCount" in args and not 0 <= args["batchCount"] < 2**31:
         return f"batchCount {args['batchCount']} is no int from 0 to 2**31 - 1"
     return None
+
+
+def _batched_args_missing(function: str, args: dict[str, Any]) -> list[str]:
+    """What a call of the SGEMM's shape left out that its function always logs: each operand's
+    pointer (or pointer array), and a batched call's count and a strided one's strides. A lost
+    stride or count would judge one batch where the call ran many, so it is never defaulted."""
+    missing = [r for r in ("A", "B", "C") if r not in args and f"{r}array" not in args]
+    if "Batched" in function and "batchCount" not in args:
+        missing.append("batchCount")
+    if "StridedBatched" in function:
+        missing += [f"stride{r}" for r in ("A", "B", "C") if f"stride{r}" not in args]
+    return missing
 
 
 def cublas_record(where: str, line: int, events: list[dict[str, Any]]) -> Record | None:
