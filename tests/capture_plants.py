@@ -183,3 +183,106 @@ def layout_edited(
 def qkvr_as(value: list[int]) -> Callable[[dict[str, Any]], None]:
     """llm.c's qkvr declared as `value` ([offset, axes...])."""
     return lambda doc: doc["buffers"]["acts_memory"]["tensors"].update(qkvr=value)
+
+
+# ---- a deep capture's evidence made short (trace/observed.py) ----
+DEEP = DATA / "deep" / "clean"
+
+
+def deep_edited(edit: Callable[[Any], None]) -> Callable[[Path, bool], Path]:
+    """A builder of the committed deep capture of the clean stand-in with `edit` applied to its
+    process (recorded seqs kept: an inserted event takes a seq the recording left free)."""
+
+    def build(folder: Path, with_layout: bool) -> Path:
+        capture = lies.read(DEEP)
+        edit(capture.main)
+        return lies.write(capture, folder, with_layout)
+
+    return build
+
+
+def _scale_effect(proc: Any) -> dict[str, Any]:
+    scale = next(e for e in proc.events if lies.is_kernel(e, "sp14_scale_wire_col"))
+    return next(e for e in proc.events if e["ev"] == "effect" and e["launch"] == scale["seq"])
+
+
+def zero_byte_allocation(proc: Any) -> None:
+    """cudaMalloc(&p, 0) as the runtime answers it (success, p = NULL), early in the run: a
+    zero-byte allocation, of which the recorder keeps no copy, so no effect counts it."""
+    seqs = [e["seq"] for e in proc.events]
+    frees = [i for i, e in enumerate(proc.events) if e["ev"] == "free" and e["dst"] == 0]
+    # a seq the recording left free, after the cudaFree(NULL) CuPy makes first (it would free
+    # an allocation at NULL)
+    gap = next(i for i in range(frees[0] + 1, len(seqs)) if seqs[i] > seqs[i - 1] + 1)
+    zero = lies.memory_event(proc, "alloc", "cudaMalloc_v3020", 0, 0, 0, 0)
+    lies.insert(proc, gap, [zero])
+
+
+def one_byte_allocation(proc: Any) -> None:
+    """cudaMalloc(&p, 1), past every other allocation, live to the end: the recorder compares
+    its one byte after every call, so every later effect counts it."""
+    zero_byte_allocation(proc)
+    (made,) = [e for e in proc.events if e["ev"] == "alloc" and e.get("_new")]
+    top = max(e["dst"] + e["bytes"] for e in proc.events if e["ev"] == "alloc")
+    made |= {"dst": (top + (1 << 20)) & ~0xFFF, "bytes": 1}
+    after = proc.events.index(made)
+    for e in proc.events[after:]:
+        if e["ev"] == "effect":
+            e["allocations"] += 1
+            e["bytes"] += 1
+
+
+def scale_effect_missing(proc: Any) -> None:
+    """The first scale launch's effect gone: what it changed is unknown."""
+    lies.remove(proc, [_scale_effect(proc)])
+
+
+def scale_effect_compared_short(proc: Any) -> None:
+    """The first scale launch's effect compared one allocation fewer than were live."""
+    _scale_effect(proc)["allocations"] -= 1
+
+
+def first_sgemm_unbound(proc: Any) -> None:
+    """The first cublasSgemm_v2 logged as a cublasGemmEx that names no element types: its
+    operands cannot be placed, so what its kernels may write is unknown."""
+    header = next(e for e in proc.events if "cublasSgemm_v2(" in e.get("msg", ""))
+    header["msg"] = header["msg"].replace("cublasSgemm_v2(", "cublasGemmEx(")
+
+
+def _live(events: list[dict[str, Any]]) -> tuple[int, int]:
+    """(count, bytes) of the non-empty allocations the events leave live, as a deep recorder's
+    effect counts what it compared."""
+    live: dict[int, int] = {}
+    for e in events:
+        if e["ev"] == "alloc" and e["bytes"] > 0:
+            live[e["dst"]] = e["bytes"]
+        elif e["ev"] == "free":
+            live.pop(e["dst"], None)
+    return len(live), sum(live.values())
+
+
+def own_kernel_on_the_target(where: str) -> Callable[[Any], None]:
+    """A kernel of the trainer's own (no ABI name) handed a pointer to target_params after the
+    first scale launch, with the deep effect the recorder would write: 4 bytes changed just past
+    the target's end ("end"), just before its start ("before"; both in the allocation the target
+    lies in, CuPy's pool), or its first element ("inside"). Two free seqs hold the launch and its
+    effect, so every recorded seq stays."""
+
+    def edit(proc: Any) -> None:
+        capture = lies.read(DEEP)  # the layout's address of target_params
+        target = capture.layout["buffers"]["target_params"]
+        start, end = target["address"], target["address"] + target["bytes"]
+        run = {"end": [end, 4], "before": [start - 4, 4], "inside": [start, 4]}[where]
+        events = proc.events
+        first = next(i for i, e in enumerate(events) if lies.is_kernel(e, "sp14_scale_wire_col"))
+        at = next(
+            i for i in range(first, len(events)) if events[i]["seq"] > events[i - 1]["seq"] + 2
+        )
+        seq = events[at - 1]["seq"] + 1
+        kernel = lies.unknown_kernel(proc, "trainer_own_helper", start) | {"seq": seq}
+        count, nbytes = _live(events[:at])
+        effect = {"ev": "effect", "seq": seq + 1, "tid": kernel["tid"], "launch": seq}
+        effect |= {"allocations": count, "bytes": nbytes, "changed": [run]}
+        events[at:at] = [kernel, effect]
+
+    return edit

@@ -800,6 +800,40 @@ def _no_manifest(folder: Path) -> None:
 # ---- the cases ----
 _GATE_CODES = frozenset({"EGF003", "EGF004", "EGF008"})
 CAPTURE_CASES: dict[str, CaptureCase] = {
+    # a deep capture's evidence (trace/observed.py): a call without its effect, an effect that
+    # compared fewer allocations than were live, a GEMM whose kernels may write anything; and
+    # a zero-byte allocation, which no effect counts (a control: nothing fails)
+    "deep-zero-byte-allocation": CaptureCase(
+        capture_plants.deep_edited(capture_plants.zero_byte_allocation)
+    ),
+    "deep-one-byte-allocation": CaptureCase(
+        capture_plants.deep_edited(capture_plants.one_byte_allocation)
+    ),
+    "deep-scale-effect-missing": CaptureCase(
+        capture_plants.deep_edited(capture_plants.scale_effect_missing),
+        fail=frozenset({"EGF013"}),
+    ),
+    "deep-scale-effect-compared-short": CaptureCase(
+        capture_plants.deep_edited(capture_plants.scale_effect_compared_short),
+        fail=frozenset({"EGF013"}),
+    ),
+    # a deep effect decides what a kernel of the trainer's own wrote (trace/evidence.py): 4
+    # bytes beside the target are not the target (controls), its first element is
+    **{
+        f"deep-own-kernel-writes-{words}": CaptureCase(
+            capture_plants.deep_edited(capture_plants.own_kernel_on_the_target(where))
+        )
+        for where, words in (("end", "past-the-target"), ("before", "just-before-the-target"))
+    },
+    "deep-own-kernel-writes-inside-the-target": CaptureCase(
+        capture_plants.deep_edited(capture_plants.own_kernel_on_the_target("inside")),
+        fail=frozenset({"EGF005"}),
+    ),
+    "deep-sgemm-unbound": CaptureCase(
+        capture_plants.deep_edited(capture_plants.first_sgemm_unbound),
+        fail=frozenset({"EGF013"}),
+        undecided=frozenset({"EGF001"}),
+    ),
     # which tensor each GEMM reads, in which order (EGF001, invariants/capture_roles.py), and
     # reductions over whole slices (EGF001, invariants/gemm_spans.py): tests/capture_plants.py
     "trunk-dw-before-the-forward": CaptureCase(

@@ -240,9 +240,13 @@ def build_inputs(scratch: Path, survivor_tests: bool = True) -> Inputs:
     captures: dict[str, tuple[Path, bool]] = {}
     not_built: dict[str, str] = {}
     data = ROOT / "tests" / "data" / "capture"
-    for folder in sorted(p for p in data.iterdir() if p.is_dir() and any(p.glob("events-*"))):
-        captures[f"fixture:{folder.name}:layout"] = (folder, True)
-        captures[f"fixture:{folder.name}:inferred"] = (folder, False)
+    # every committed capture folder, nested ones too (the deep catalogue, the runtime-API,
+    # outsider and llm.c recordings): the outsider's own kernels are what the guard evidence and
+    # a deep capture's observed effects (trace/evidence.py, trace/observed.py) are read for
+    for folder in sorted(m.parent for m in data.rglob("manifest.json")):
+        name = folder.relative_to(data).as_posix()
+        captures[f"fixture:{name}:layout"] = (folder, True)
+        captures[f"fixture:{name}:inferred"] = (folder, False)
 
     # what other capture tests build from the fixtures: the clean capture cut off mid-line
     # (tests/test_capture_gate.py), a layout file without dims (tests/test_capture.py)

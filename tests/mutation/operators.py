@@ -82,6 +82,8 @@ MESSAGE_ONLY: dict[str, frozenset[str]] = {
     "invariants/egf013_kernel_effects_contained.py": frozenset({"_what"}),
     "invariants/registry.py": frozenset({"Invariant.doc"}),
     "auditor/cli/capture_audit.py": frozenset({"ProcessAudit.unresolved_gemms"}),
+    # a byte address in words, for EGF013's finding (read: no caller decides from it)
+    "auditor/trace/observed.py": frozenset({"where"}),
 }
 # Calls whose arguments are only words or evidence: a verdict's constructor (its status is the
 # function called, never an argument), an exception's message.

@@ -58,6 +58,8 @@ IN = "auditor/capture/inference.py"
 CV = "auditor/capture/convert.py"
 AU = "auditor/cli/capture_audit.py"
 LS = "invariants/launch_shape.py"
+OB = "auditor/trace/observed.py"
+EV = "auditor/trace/evidence.py"
 CM = "auditor/trace/gemm_operands.py"  # GemmOperand.extent_bytes: what EGF001's _gemm_extent was
 
 TRIAGE: tuple[Entry, ...] = (
@@ -967,6 +969,43 @@ TRIAGE: tuple[Entry, ...] = (
         "r.args",
         "equivalent",
         "an alloc record always carries dst and bytes (events.py requires them)",
+    ),
+    # ---- trace/observed.py: a deep capture's calls paired with their effects ----
+    Entry(
+        OB,
+        "_live_totals",
+        "changes[i][0] < seq",
+        "equivalent",
+        "an allocation or a free is an event of its own, never at a call's seq: no change "
+        "sits at the seq it is compared with",
+    ),
+    Entry(
+        OB,
+        "observations",
+        "r.within",
+        "unreachable",
+        "the reader sets a launch's `within` only to the seq of the GEMM record whose call is "
+        "open on its thread (capture/events.py, cublas_call), or -1: a launch made inside a call "
+        "no GEMM record holds cannot be read from a folder; the branch guards the trace model",
+    ),
+    Entry(
+        OB,
+        "observations",
+        "made by cuBLAS inside",
+        "unreachable",
+        "the finding of the branch above, which no folder reaches",
+    ),
+    # ---- trace/evidence.py: what a guard or a deep effect saw a launch write ----
+    Entry(
+        EV,
+        "observed_write",
+        "b <= start",
+        "gap",
+        "a guard's compared allocation holding the buffer is then not taken as covering it "
+        "(more launches without evidence, which fail closed), but one that starts inside the "
+        "buffer and reaches its end would be: a layout buffer spanning two allocations, which "
+        "no input of the suite names (the layout reader does not refuse it); left without a "
+        "test",
     ),
     # ---- audit.py ----
     Entry(
