@@ -303,3 +303,45 @@ def test_every_launch_of_the_rebuild_has_the_shape_its_contract_asks(ci_audit_ru
     launch of every scenario (a rule that failed the rebuild would fail every clean audit)."""
     kernels = [x for t in ci_audit_run.traces.values() for x in t.launches if x.kind == "kernel"]
     assert kernels and all(launch_shape_problem(x) is None for x in kernels)
+
+
+# ---- what a guard saw a kernel of the trainer's own write (trace/evidence.py) ----
+def _guarded_bias_launch():
+    """The outsider's GPU recording (a guard around each launch of its own kernels) and its
+    first dqn_bias_forward launch whose guard compared the allocation target_params lies in."""
+    from pathlib import Path
+
+    from egf_audit.cli.capture_audit import audit_capture
+    from egf_audit.trace.evidence import observed_write
+
+    folder = Path(__file__).parent / "data" / "capture" / "outsider" / "recorded" / "out-clean"
+    ct = audit_capture(folder, use_layout=True).processes[0].trace
+    found = [
+        x for x in ct.kernels("dqn_bias_forward") if observed_write(ct, x, "target_params") is False
+    ]
+    assert found, "no guarded bias launch compared the target"
+    return ct, found[0]
+
+
+def test_a_guard_is_evidence_only_for_a_buffer_it_compared_whole():
+    from egf_audit.trace.evidence import observed_write
+
+    ct, x = _guarded_bias_launch()
+    target = ct.capture.layout.buffers["target_params"]
+    start, end = target.base, target.base + 4 * target.size
+    seq = ct.capture.records[x.index].seq
+    guard = ct.capture.process.guards[seq]
+
+    def seen(compared, changed=()):
+        ct.capture.process.guards[seq] = guard._replace(compared=compared, changed=changed)
+        return observed_write(ct, x, "target_params")
+
+    assert seen(((start, end - start),)) is False  # compared exactly: nothing changed
+    assert seen(((start - 256, end - start + 512),), ((end, 4), (start - 4, 4))) is False
+    assert seen(((start, end - start),), ((start, 4),)) is True
+    assert seen(((start, end - start),), ((end - 4, 4),)) is True
+    # what was compared starts one word into the target, or ends one word short of it: the
+    # target's first or last word was not compared, so the guard proves nothing of it
+    assert seen(((start + 4, end - start),)) is None
+    assert seen(((start, end - start - 4),)) is None
+    ct.capture.process.guards[seq] = guard

@@ -1,7 +1,7 @@
 """The run's configuration as its readers see it: the invariants, the oracle and the reports.
 
-The configuration is built and validated by egf_audit.pipeline.config, a layer above the runtime
-that none of its readers may import. These protocols are the part they read, named once:
+The configuration is built and validated by egf_audit.pipeline.config, a layer above the trace
+model that none of its readers may import. These protocols are the part they read, named once:
 `pipeline.config.Config`, `Dims` and `Hyper` satisfy them structurally (a type checker proves it
 where the scenarios hand their `Config` to an `AuditRun`), so a field renamed on one side is a
 type error on the other, not a reader's AttributeError in the middle of a user's run.

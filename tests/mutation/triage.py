@@ -1000,12 +1000,12 @@ TRIAGE: tuple[Entry, ...] = (
         EV,
         "observed_write",
         "b <= start",
-        "gap",
-        "a guard's compared allocation holding the buffer is then not taken as covering it "
-        "(more launches without evidence, which fail closed), but one that starts inside the "
-        "buffer and reaches its end would be: a layout buffer spanning two allocations, which "
-        "no input of the suite names (the layout reader does not refuse it); left without a "
-        "test",
+        "killed-outside",
+        "a guard that compared from one word into the target to its end would be taken as "
+        "covering it; no capture input has one (only a layout buffer spanning two allocations "
+        "gives it), and tests/test_one_rule.py's "
+        "test_a_guard_is_evidence_only_for_a_buffer_it_compared_whole fails on it (checked with "
+        "the mutant installed)",
     ),
     # ---- audit.py ----
     Entry(
