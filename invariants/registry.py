@@ -5,7 +5,7 @@ proves, why, how, the bug it catches, its known limits, an example), and a check
 
 A check is a pure function of the finished `AuditRun` (traces, snapshots, config) and a mode. It
 never learns which fault, if any, is active. An entry may also hold a capture check: the same
-invariant judged on a capture of the trainer's own process: the same `Trace` type
+invariant judged on a capture of the trainer's own process, read as the same `Trace` type
 (egf_audit.trace), with what only a capture holds on `Trace.captured`, and the same definitions
 (tolerance, call-site model, verdict type); where a capture cannot show what the invariant
 needs, `capture_undecidable` says why.

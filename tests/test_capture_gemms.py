@@ -473,7 +473,7 @@ def test_a_gemm_whose_log_gives_a_negative_batch_count_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("function", ["cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx"])
-@pytest.mark.parametrize("arg", ["A", "B", "C", "strideB", "strideC", "batchCount"])
+@pytest.mark.parametrize("arg", ["A", "B", "C", "strideA", "strideB", "strideC", "batchCount"])
 def test_a_strided_call_whose_log_lacks_an_operand_or_a_stride_is_refused(tmp_path, function, arg):
     """Every argument that places an operand's batches, refused when the log lost it: a pointer
     that was never there crashed the reader, and a stride or count taken as 0 or 1 would judge
@@ -484,6 +484,23 @@ def test_a_strided_call_whose_log_lacks_an_operand_or_a_stride_is_refused(tmp_pa
     del events.lines[gone]
     events.lines = [e | {"seq": i} for i, e in enumerate(events.lines)]
     with pytest.raises(UsageError, match=rf"line 2: {function} call: its log gives no {arg}$"):
+        read_capture(events.write(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("arg", ["Aarray", "Carray", "batchCount"])
+def test_a_pointer_array_call_whose_log_lacks_an_array_or_its_count_is_refused(tmp_path, arg):
+    events = Events()
+    args = [
+        *_shape(m=8, n=8, k=4),
+        *[(f"{r}array", "SOME TYPE", _pointer(0x5000 + 0x100 * i)) for i, r in enumerate("ABC")],
+        *[(f"ld{r}", "int", "8") for r in "abc"],
+        ("batchCount", "int", "3"),
+    ]
+    events.gemm("cublasSgemmBatched", [a for a in args if a[0] != arg])
+    missing = arg.removesuffix("array")
+    with pytest.raises(
+        UsageError, match=rf"line 2: cublasSgemmBatched call: its log gives no {missing}$"
+    ):
         read_capture(events.write(tmp_path / "c"))
 
 
@@ -763,6 +780,32 @@ def test_a_gemm_whose_arguments_cublas_refuses_fails_egf001_as_never_run(tmp_pat
     verdict = _verdicts(folder)["EGF001"]
     assert verdict.status == FAIL, verdict.summary
     assert f"CUBLAS_STATUS_INVALID_VALUE: {words}" in verdict.summary, verdict.summary
+
+
+@pytest.mark.parametrize(
+    ("desc", "field", "value", "words"),
+    [
+        ("bdesc", 2, 5, "op(A) has 4 columns (k) and op(B) 5 rows"),
+        ("bdesc", 3, 7, "op(B) has 7 columns and D 8"),
+        ("adesc", 3, 7, "op(A) has 7 rows and D 8"),
+        ("cdesc", 2, 7, "C's layout is 7 x 8 and D's 8 x 8"),
+        ("cdesc", 3, 9, "C's layout is 8 x 9 and D's 8 x 8"),
+    ],
+    ids=["k-of-b", "n-of-b", "m-of-a", "rows-of-c", "cols-of-c"],
+)
+def test_a_cublaslt_call_whose_layouts_disagree_fails_egf001_as_never_run(
+    tmp_path, desc, field, value, words
+):
+    """cuBLASLt reads m, n and k from four layouts; where they disagree it answers
+    CUBLAS_STATUS_INVALID_VALUE and computes nothing. Read from A and D alone, such a call
+    passed: each operand's box lay inside its tensor."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _lt_event(events)
+    events.lines[-1][desc][field] = value
+    verdict = _verdicts(events.write(tmp_path / "c", layout=LAYOUT))["EGF001"]
+    assert verdict.status == FAIL, verdict.summary
+    assert f"its matrix layouts disagree: {words}" in verdict.summary, verdict.summary
 
 
 def test_op_c_of_a_real_matrix_is_op_t_and_no_refusal(tmp_path):

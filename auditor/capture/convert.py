@@ -47,7 +47,7 @@ def to_trace(proc: ProcessCapture, layout: CaptureLayout, scenario: str) -> Trac
         )
         for i in range(start, s.end + 1):
             site_of[i] = s.name
-    captured = Captured(layout, proc, records, allocations_of(proc))
+    captured = Captured(layout, proc, records, sites, allocations_of(proc))
     trace = Trace(
         scenario=scenario,
         backend="capture",

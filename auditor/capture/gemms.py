@@ -143,6 +143,26 @@ def _epilogue(found: list[int], d: list[int] | None) -> dict[str, Any] | str | N
     return {"bias": bias, "bias_length": length, "bias_access": access}
 
 
+def _lt_dims_conflict(
+    a: list[int], b: list[int], c: list[int], d: list[int], transa: int, transb: int
+) -> str | None:
+    """Where a cublasLtMatmul's four layouts disagree on m, n or k (op(A) is m x k, op(B) k x n,
+    C and D m x n): cuBLASLt answers such a call CUBLAS_STATUS_INVALID_VALUE and computes
+    nothing, so the GEMM the capture holds never ran. None where they agree."""
+    m, n = d[2], d[3]
+    a_rows, a_cols = (a[2], a[3]) if transa == 0 else (a[3], a[2])
+    b_rows, b_cols = (b[2], b[3]) if transb == 0 else (b[3], b[2])
+    if (c[2], c[3]) != (m, n):
+        return f"C's layout is {c[2]} x {c[3]} and D's {m} x {n}"
+    if a_rows != m:
+        return f"op(A) has {a_rows} rows and D {m}"
+    if b_cols != n:
+        return f"op(B) has {b_cols} columns and D {n}"
+    if a_cols != b_rows:
+        return f"op(A) has {a_cols} columns (k) and op(B) {b_rows} rows"
+    return None
+
+
 def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
     """A recorded `cublasLtMatmul` in the one form. D = op(A)·op(B) (scaled) + C: m and n are
     D's rows and columns, k the columns of op(A); alpha and beta as the recorder read them from
@@ -170,6 +190,8 @@ def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
         return out
     if isinstance(epilogue, dict):
         out |= epilogue
+    if (conflict := _lt_dims_conflict(a, b, c, d, transa, transb)) is not None:
+        out["conflict"] = conflict
     out["transa"], out["transb"] = OPS[transa], OPS[transb]
     out["m"], out["n"] = d[2], d[3]
     out["k"] = a[3] if transa == 0 else a[2]
@@ -209,9 +231,12 @@ def refusal(args: dict[str, Any]) -> str | None:
     computes nothing, by the rules the rebuild's recorder applies (trace/gemm_rules.py: a
     negative size, a leading dimension below the rows its column-major operand stores), or
     None. Its logger wrote the call before refusing it, so the capture holds a GEMM that never
-    ran. For a real matrix, op C is op T; cuBLASLt holds D's leading dimension to the rule too."""
+    ran. For a real matrix, op C is op T; cuBLASLt holds D's leading dimension to the rule too,
+    and refuses layouts that disagree on a size."""
     if "unbound" in args:
         return None
+    if "conflict" in args:  # a cuBLASLt call whose layouts disagree on a size
+        return f"its matrix layouts disagree: {args['conflict']}"
     shape = GemmShape.of(args)
     real = {"C": "T"}  # op C of a real matrix is op T
     shape = shape._replace(

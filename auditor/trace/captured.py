@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from egf_audit.trace.allocations import Allocation, AllocationIndex
 from egf_audit.trace.buffers import CaptureLayout
+from egf_audit.trace.call_sites import Site
 from egf_audit.trace.config_view import HyperView
 from egf_audit.trace.hyper import Hyper
 from egf_audit.trace.process import ProcessCapture, Record
@@ -24,6 +25,8 @@ class Captured:
     layout: CaptureLayout
     process: ProcessCapture
     records: list[Record] = field(default_factory=list)  # parallel to the trace's launches
+    # its call sites, cut by the reader from the launches it made (trace/call_sites.py)
+    sites: list[Site] | None = None
     allocations: list[Allocation] = field(default_factory=list)  # in the order made
     # the allocations that ever held a pointer, in the order made, by pointer (holding())
     _holding: dict[int, list[Allocation]] = field(default_factory=dict, repr=False)

@@ -18,7 +18,8 @@ from egf_audit.trace.gemm_rules import GemmShape, gemm_operand_boxes
 # `strideA`/`strideB`/`strideC` (elements between batches), `A_ptrs`/`B_ptrs`/`C_ptrs` (a
 # pointer-array call's pointers), `bytesA`/`bytesB`/`bytesC` (element size), `D` and `ldd`
 # (cuBLASLt's output, when it is not C), `bias`, `bias_length` and `bias_access` (a cuBLASLt
-# epilogue's bias vector, read or written), and `unbound` (why its operands cannot be named).
+# epilogue's bias vector, read or written), `conflict` (where a cuBLASLt call's layouts disagree
+# on a size: cuBLASLt refused it) and `unbound` (why its operands cannot be named).
 MAX_BATCHES_BOUND = 4096  # a pointer-array call binds each batch; the recorder reads this many
 
 

@@ -140,7 +140,7 @@ def recorded_launch(
     """`Launch(index, step, kind, name, label, args, bindings, executed, effects)`, the same
     object, made without the frozen dataclass's `__init__` (one `object.__setattr__` a field):
     the recorder makes one per launch, and that `__init__` cost as much as the rest of a
-    launch's bookkeeping. `tests/test_recorder_costs.py` holds it to `Launch`'s fields."""
+    launch's bookkeeping. `tests/test_recorder_memo.py` holds it to `Launch`'s fields."""
     launch = object.__new__(Launch)
     vars(launch).update(
         index=index,
@@ -214,11 +214,6 @@ class Trace:
     snapshots: dict[tuple[int, str], Mapping[str, np.ndarray]] = field(default_factory=dict)
     # a capture of the trainer's own process: what only it holds; None on the rebuild's trace
     captured: Captured | None = None
-    # the call sites as last cut, and the launch list (its id and length) the cut saw: a
-    # recorder only appends to it; a copy made by dataclasses.replace starts uncut
-    _sites: tuple[tuple[int, int], list[Site]] = field(
-        default=((0, -1), []), init=False, repr=False, compare=False
-    )
 
     @property
     def capture(self) -> Captured:
@@ -295,13 +290,11 @@ class Trace:
 
     def call_sites(self) -> list[Site]:
         """Its steps' backward_full call sites, cut from its launches' kinds and names alone
-        (trace/call_sites.py), never from their labels; cut once for the launches it has."""
-        seen, sites = self._sites
-        now = (id(self.launches), len(self.launches))
-        if seen != now:
-            sites = call_sites(self.launches)
-            self._sites = (now, sites)
-        return sites
+        (trace/call_sites.py), never from their labels: a capture's as the reader cut them when
+        it made the trace (its launches are final then), the rebuild's cut on each call."""
+        if self.captured is not None and self.captured.sites is not None:
+            return self.captured.sites
+        return call_sites(self.launches)
 
     def site_steps(self) -> list[int]:
         """The steps that have a call site: the training steps a capture ran to their end."""

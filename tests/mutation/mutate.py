@@ -25,7 +25,7 @@ module of the targets that imports it (the registry `egf_audit.invariants` last 
 invariants, `egf_audit.cli.capture_audit` after the capture modules), so INVARIANTS holds the
 mutated checks, and recomputes what the mutant can change: the rebuild verdicts and capture
 verdicts of the invariants whose modules depend on the mutated one (on the recorded captures'
-CaptureTraces), or, for a capture module, the whole `audit_capture` of every capture (its
+capture traces), or, for a capture module, the whole `audit_capture` of every capture (its
 events read once, before). A mutant is KILLED when any verdict status, any audit outcome
 (refused, incomplete, no trainer) differs from the original, or an exception escapes where the
 original had none; it SURVIVES otherwise.
