@@ -319,6 +319,18 @@ def test_a_cublaslt_matmuls_scalars_are_read_from_the_bits_the_recorder_wrote(
     assert {op.role: op.access for op in gemm_operands(gemm.args)}["C"] == c_access
 
 
+def test_a_cublaslt_scale_type_that_is_no_type_leaves_the_scalars_unknown(tmp_path):
+    """beta's bits read as a type the descriptor does not name are no beta: C counts as read
+    and written, as where the recorder could not read them."""
+    events = Events()
+    events.alloc(BASE, 4 * TOTAL)
+    _lt_event(events, alpha_bits=F32[1.0], beta_bits=F32[0.0])
+    events.lines[-1]["desc"][1] = -1
+    (gemm,) = _gemms(events.write(tmp_path / "c", layout=LAYOUT))
+    assert (gemm.args["alpha"], gemm.args["beta"]) == (None, None)
+    assert {op.role: op.access for op in gemm_operands(gemm.args)}["C"] == "rw"
+
+
 def test_a_cublaslt_layout_in_row_order_is_listed_as_not_judged(tmp_path):
     events = Events()
     _lt_event(events, order=1)

@@ -171,8 +171,11 @@ def lt_gemm(event: dict[str, Any]) -> dict[str, Any]:
     a, b, c, d = (event[k] for k in ("adesc", "bdesc", "cdesc", "ddesc"))
     compute, scale, mode, transa, transb = event["desc"][:5]
     out: dict[str, Any] = {"A": event["a"], "B": event["b"], "C": event["c"], "D": event["d"]}
-    nbytes = TYPE_BYTES.get(scale, 4)
-    alpha, beta = scalar(event.get("alpha_bits"), nbytes), scalar(event.get("beta_bits"), nbytes)
+    # a scale type cuBLASLt does not have (or that could not be read) says nothing of the bits:
+    # alpha and beta unknown, so C counts as read and D as written
+    nbytes = TYPE_BYTES.get(scale)
+    alpha = scalar(event.get("alpha_bits"), nbytes) if nbytes else None
+    beta = scalar(event.get("beta_bits"), nbytes) if nbytes else None
     out |= {"alpha": alpha, "beta": beta, "pointer_mode": mode, "compute_type": compute}
     if c is None:  # cuBLASLt takes Cdesc = Ddesc when C is not given its own
         c = d
