@@ -67,6 +67,3 @@ class Captured:
     def dim(self, name: str) -> int | None:
         value = self.layout.dims.get(name)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    def record_of(self, index: int) -> Record:
-        return self.records[index]
